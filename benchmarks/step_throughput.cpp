@@ -1,0 +1,237 @@
+// Training-step throughput of the byte GPT on one thread, against this machine's single-core
+// SGEMM peak (Eigen) and against PyTorch running the same architecture (step_throughput_torch.py).
+//
+//   step_throughput [--batch 8] [--steps 50] [--warmup 5] [--n_embd 128] [--n_layer 4]
+//                   [--n_head 4] [--seq_len 64] [--no-torch]
+//
+// The last line of output is one JSON object (for scripts); everything above it is for people.
+// GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 packet code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <Eigen/Core>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "diloco/model.hpp"
+#include "diloco/rng.hpp"
+
+#ifndef DILOCO_BENCH_DIR
+#define DILOCO_BENCH_DIR "."
+#endif
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+struct Options {
+  int batch = 8;
+  int steps = 50;
+  int warmup = 5;
+  bool torch = true;
+  diloco::ModelConfig model;  // defaults: C=128, L=4, NH=4, T=64
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> int {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return std::stoi(argv[++i]);
+    };
+    if (a == "--batch") o.batch = value();
+    else if (a == "--steps") o.steps = value();
+    else if (a == "--warmup") o.warmup = value();
+    else if (a == "--n_embd") o.model.n_embd = value();
+    else if (a == "--n_layer") o.model.n_layer = value();
+    else if (a == "--n_head") o.model.n_head = value();
+    else if (a == "--seq_len") o.model.seq_len = value();
+    else if (a == "--no-torch") o.torch = false;
+    else if (a == "--help" || a == "-h") {
+      std::puts("step_throughput [--batch N] [--steps N] [--warmup N] [--n_embd C] [--n_layer L]"
+                " [--n_head NH] [--seq_len T] [--no-torch]");
+      std::exit(0);
+    } else {
+      throw std::invalid_argument("unknown flag " + a);
+    }
+  }
+  if (o.batch < 1 || o.steps < 1 || o.warmup < 0)
+    throw std::invalid_argument("--batch and --steps must be >= 1, --warmup >= 0");
+  return o;
+}
+
+/// Minimal AdamW (decoupled weight decay on `decay` tensors), written here so the benchmark does
+/// not depend on the library's optimizer: the point is a realistic per-step update cost.
+struct AdamW {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  std::vector<float> m, v, decay_mask;
+  int t = 0;
+  explicit AdamW(const diloco::ParamLayout& layout)
+      : m(layout.size()), v(layout.size()), decay_mask(layout.size()) {
+    for (const auto& ts : layout.tensors())
+      std::fill_n(decay_mask.begin() + ts.offset, ts.size, ts.decay ? 1.0f : 0.0f);
+  }
+  void step(std::vector<float>& p, const std::vector<float>& g) {
+    ++t;
+    const float c1 = 1.0f / (1.0f - std::pow(beta1, static_cast<float>(t)));
+    const float c2 = 1.0f / (1.0f - std::pow(beta2, static_cast<float>(t)));
+    const std::size_t n = p.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+      v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+      const float update = (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
+      p[i] -= lr * (update + wd * decay_mask[i] * p[i]);
+    }
+  }
+};
+
+/// Single-thread Eigen SGEMM at n×n×n: the practical FLOP/s ceiling of one core.
+double sgemm_gflops(int n) {
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n);
+  Eigen::MatrixXf c(n, n);
+  c.noalias() = a * b;  // warm-up
+  int reps = 0;
+  const auto t0 = clock_type::now();
+  double elapsed = 0;
+  do {
+    c.noalias() = a * b;
+    ++reps;
+    elapsed = seconds_since(t0);
+  } while (elapsed < 1.0 || reps < 3);
+  volatile float sink = c(0, 0);
+  (void)sink;
+  return 2.0 * n * n * n * reps / elapsed / 1e9;
+}
+
+/// Runs the PyTorch twin and returns its tokens/s, or nothing (with the reason) if it fails.
+std::optional<double> torch_tokens_per_s(const Options& o, std::string& note) {
+  std::ostringstream cmd;
+  cmd << "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "
+      << "/usr/bin/python3 '" << DILOCO_BENCH_DIR << "/step_throughput_torch.py'"
+      << " --batch " << o.batch << " --steps " << o.steps << " --warmup " << o.warmup
+      << " --n_embd " << o.model.n_embd << " --n_layer " << o.model.n_layer << " --n_head "
+      << o.model.n_head << " --seq_len " << o.model.seq_len << " --vocab " << o.model.vocab
+      << " 2>&1";
+  FILE* pipe = popen(cmd.str().c_str(), "r");
+  if (!pipe) {
+    note = "could not start /usr/bin/python3";
+    return std::nullopt;
+  }
+  std::string out, last;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    out += buf;
+    std::string line(buf);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (!line.empty()) last = line;
+  }
+  const int rc = pclose(pipe);
+  const std::string key = "\"tokens_per_s\":";
+  const auto pos = last.find(key);
+  if (rc != 0 || pos == std::string::npos) {
+    note = "torch run failed: " + (last.empty() ? std::string("no output") : last);
+    return std::nullopt;
+  }
+  if (last.find("\"error\"") != std::string::npos) {
+    note = last;
+    return std::nullopt;
+  }
+  return std::strtod(last.c_str() + pos + key.size(), nullptr);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) r += c;
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  diloco::ModelConfig cfg = o.model;
+  cfg.kind = "gpt";
+  const int T = cfg.seq_len, B = o.batch;
+  auto model = diloco::make_model(cfg);
+  const auto& layout = model->layout();
+  std::vector<float> params(layout.size()), grads(layout.size());
+  model->init(params, 1234);
+  AdamW opt(layout);
+
+  diloco::Batch batch;
+  batch.B = B;
+  batch.T = T;
+  batch.tokens.resize(static_cast<std::size_t>(B) * (T + 1));
+  diloco::Rng rng(99);
+  for (auto& t : batch.tokens) t = static_cast<std::uint8_t>(rng.below(cfg.vocab));
+
+  auto step = [&] {
+    const float loss = model->loss_and_grad(params, batch, grads);
+    opt.step(params, grads);
+    return loss;
+  };
+  float loss = 0;
+  for (int s = 0; s < o.warmup; ++s) loss = step();
+  const auto t0 = clock_type::now();
+  for (int s = 0; s < o.steps; ++s) loss = step();
+  const double elapsed = seconds_since(t0);
+  const double tokens_per_s = static_cast<double>(B) * T * o.steps / elapsed;
+  const double flops_per_token = model->flops_per_token(T);
+  const double model_gflops = tokens_per_s * flops_per_token / 1e9;
+
+  const double peak = sgemm_gflops(1024);
+
+  std::string torch_note;
+  std::optional<double> torch;
+  if (o.torch) torch = torch_tokens_per_s(o, torch_note);
+  else torch_note = "skipped (--no-torch)";
+
+  std::printf("byte GPT  C=%d L=%d NH=%d T=%d  batch=%d  params=%zu  steps=%d (+%d warm-up)\n",
+              cfg.n_embd, cfg.n_layer, cfg.n_head, T, B, layout.size(), o.steps, o.warmup);
+  std::printf("  %-34s %12.0f\n", "C++ tokens/s (1 thread)", tokens_per_s);
+  std::printf("  %-34s %12.2f\n", "C++ ms/step", 1e3 * elapsed / o.steps);
+  std::printf("  %-34s %12.3f\n", "final loss", loss);
+  std::printf("  %-34s %12.2f\n", "MFLOP/token (fwd+bwd)", flops_per_token / 1e6);
+  std::printf("  %-34s %12.1f\n", "model GFLOP/s", model_gflops);
+  std::printf("  %-34s %12.1f\n", "Eigen SGEMM n=1024 GFLOP/s", peak);
+  std::printf("  %-34s %11.1f%%\n", "fraction of SGEMM peak", 100.0 * model_gflops / peak);
+  if (torch) {
+    std::printf("  %-34s %12.0f\n", "PyTorch tokens/s (1 thread)", *torch);
+    std::printf("  %-34s %12.2fx\n", "C++ / PyTorch", tokens_per_s / *torch);
+  } else {
+    std::printf("  PyTorch: %s\n", torch_note.c_str());
+  }
+
+  std::printf("{\"benchmark\":\"step_throughput\",\"tokens_per_s\":%.1f,", tokens_per_s);
+  if (torch)
+    std::printf("\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,", *torch, tokens_per_s / *torch);
+  else
+    std::printf("\"torch_tokens_per_s\":null,\"ratio\":null,\"torch_note\":\"%s\",",
+                json_escape(torch_note).c_str());
+  std::printf("\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"peak_fraction\":%.4f,"
+              "\"flops_per_token\":%.0f,\"config\":{\"n_embd\":%d,\"n_layer\":%d,\"n_head\":%d,"
+              "\"seq_len\":%d,\"batch\":%d,\"steps\":%d,\"threads\":1}}\n",
+              model_gflops, peak, model_gflops / peak, flops_per_token, cfg.n_embd, cfg.n_layer,
+              cfg.n_head, T, B, o.steps);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "step_throughput: %s\n", e.what());
+  return 2;
+}

@@ -1,0 +1,90 @@
+// The syncer's merge policy as pure functions: contribution weights, staleness, plain and
+// radial-directional averaging, and the quorum + adaptive grace decision (time passed in).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "diloco/fragments.hpp"
+
+namespace diloco {
+
+/// One island's outer gradient δ = Θ_p − θ_p for a fragment, and what it is based on.
+struct Contribution {
+  int island = 0;
+  std::uint64_t base_round = 0;   // global round of Θ_p the island started from
+  std::uint64_t tokens = 0;       // tokens trained on since that round
+  std::uint64_t steps = 0;        // inner steps since that round
+  std::span<const double> delta;  // fragment-sized
+};
+
+/// How contributions are combined (Decoupled DiLoCo, arXiv 2604.21428; defaults configurable).
+struct MergeConfig {
+  std::string weighting = "tokens";  // "uniform" or "tokens": w = tokens · (tokens / steps)
+  bool rda = true;                   // radial-directional averaging for non-embedding tensors
+  std::uint64_t max_staleness = 4;   // contributions older than this many rounds are dropped
+  double staleness_discount = 0.5;   // weight × discount^staleness
+};
+
+/// Weight of a contribution before staleness: 1, or tokens·(tokens/steps) (quantity × quality).
+double contribution_weight(const Contribution& c, const std::string& weighting);
+
+/// Staleness multiplier for a contribution based on `base_round` merged into `current_round`:
+/// discount^(current − base), or nothing if it must be dropped (too stale, or from the future).
+std::optional<double> staleness_factor(const MergeConfig& cfg, std::uint64_t current_round, std::uint64_t base_round);
+
+/// What a merge did.
+struct MergeStats {
+  int merged = 0;          // contributions that entered the average
+  int dropped_stale = 0;   // contributions past max_staleness (or from a future round)
+  double total_weight = 0.0;
+};
+
+/// Merges contributions into `out` (fragment-sized): per segment either the weighted mean
+/// Σwδ/Σw, or (rda and not an embedding) RDA: (Σw‖δ‖/Σw) · unit(Σw·unit(δ)/Σw), which keeps
+/// the norm of near-orthogonal updates instead of shrinking it as 1/√M. With nothing merged
+/// `out` is all zeros.
+MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment> segments,
+                 const MergeConfig& cfg, std::uint64_t current_round, std::span<double> out);
+
+/// When a round may commit (torchft-style: a pure decision, time in seconds passed in).
+struct QuorumConfig {
+  int min_islands = 1;             // K
+  std::string grace = "adaptive";  // "none", "fixed" or "adaptive"
+  double grace_s = 0.0;            // fixed window
+  double gamma = 1.0;              // adaptive: γ
+  int tau = 0;                     // overlap steps the islands can hide a sync behind
+};
+
+/// What the syncer knows about one fragment's open round.
+struct RoundState {
+  double opened_at = 0.0;                 // when the round opened
+  std::optional<double> quorum_at;        // when the K-th contribution arrived
+  int arrivals = 0;                       // contributions received for this round
+  int live_islands = 0;                   // islands currently alive
+  double t_step = 0.0;                    // estimated inner step time of the islands
+  double t_sync = 0.0;                    // estimated merge + broadcast time
+};
+
+/// Grace window after quorum: fixed, none, or adaptive γ·max(0, τ·t_step − (t_quorum + t_sync))
+/// with t_quorum = quorum_at − opened_at, i.e. only as long as the overlap can still hide.
+double grace_window(const QuorumConfig& cfg, const RoundState& s);
+
+struct QuorumDecision {
+  bool merge = false;   // commit the round now
+  double recheck_at = std::numeric_limits<double>::infinity();  // if waiting: when to decide again
+};
+
+/// Merge once ≥ K contributions are in and either every live island has contributed or the
+/// grace window since the quorum has passed; otherwise wait (until the window ends, or forever
+/// while the quorum is missing).
+QuorumDecision decide(const QuorumConfig& cfg, const RoundState& s, double now);
+
+std::vector<std::string> validate(const MergeConfig& cfg);
+std::vector<std::string> validate(const QuorumConfig& cfg);
+
+}  // namespace diloco

@@ -1,0 +1,289 @@
+// Binding of RunConfig to TOML: one table of fields drives parsing, unknown-key detection and
+// the documented defaults, so the three can never disagree.
+#include "diloco/config.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <variant>
+
+#include <toml++/toml.h>
+
+namespace diloco {
+
+namespace {
+
+using FieldPtr = std::variant<int*, long*, std::uint64_t*, double*, float*, bool*, std::string*>;
+
+struct Field {
+  std::string_view section, key;
+  FieldPtr ptr;
+  std::string_view doc;
+};
+
+// The whole configuration surface. Add a key here and it is parsed, checked and documented.
+std::vector<Field> fields(RunConfig& c) {
+  return {
+      {"model", "kind", &c.model.kind, "\"gpt\" (byte-level transformer) or \"mlp\" (next-byte classifier for tests)"},
+      {"model", "seq_len", &c.model.seq_len, "context length T in bytes"},
+      {"model", "n_layer", &c.model.n_layer, "gpt: transformer blocks L"},
+      {"model", "n_head", &c.model.n_head, "gpt: attention heads (must divide n_embd)"},
+      {"model", "n_embd", &c.model.n_embd, "width C (gpt) or embedding size per context byte (mlp)"},
+      {"model", "context", &c.model.context, "mlp: bytes of context per prediction"},
+      {"model", "hidden", &c.model.hidden, "mlp: hidden units"},
+      {"model", "init_std", &c.model.init_std, "standard deviation of the initial weights"},
+
+      {"data", "corpus", &c.data.corpus, "\"synthetic\" (built in, known entropy) or \"file\""},
+      {"data", "path", &c.data.path, "corpus = \"file\": a plain text file read as bytes"},
+      {"data", "seed", &c.data.seed, "seeds the synthetic language, the shards and the evaluation split"},
+      {"data", "alphabet", &c.data.alphabet, "synthetic: symbols in the language (2-64)"},
+      {"data", "order", &c.data.order, "synthetic: Markov order (bytes of context that matter)"},
+      {"data", "branching", &c.data.branching, "synthetic: possible successors of each context"},
+      {"data", "dialects", &c.data.dialects, "synthetic: number of Markov chains (topics) mixed in the corpus"},
+      {"data", "doc_len", &c.data.doc_len, "synthetic: bytes per document (one dialect each)"},
+      {"data", "iid", &c.data.iid, "true: every island sees the same mixture; false: skewed shards"},
+      {"data", "skew", &c.data.skew, "non-IID: share of an island's documents from its own dialect"},
+      {"data", "eval_tokens", &c.data.eval_tokens, "synthetic: size of the held-out evaluation split"},
+      {"data", "eval_fraction", &c.data.eval_fraction, "file: tail share held out for evaluation"},
+
+      {"train", "mode", &c.train.mode, "\"ddp\" (all-reduce every step), \"diloco\" or \"streaming\""},
+      {"train", "islands", &c.train.islands, "M: islands (learners), each with its own model copy"},
+      {"train", "steps", &c.train.steps, "inner steps per island"},
+      {"train", "batch", &c.train.batch, "windows of seq_len bytes per island per inner step"},
+      {"train", "H", &c.train.H, "inner steps between two syncs of a fragment"},
+      {"train", "eval_batches", &c.train.eval_batches, "evaluation batches (of train.batch windows) per report"},
+      {"train", "seed", &c.train.seed, "seeds the initial parameters"},
+
+      {"inner", "lr", &c.inner.lr, "AdamW peak learning rate"},
+      {"inner", "beta1", &c.inner.beta1, "AdamW β1"},
+      {"inner", "beta2", &c.inner.beta2, "AdamW β2"},
+      {"inner", "eps", &c.inner.eps, "AdamW ε"},
+      {"inner", "weight_decay", &c.inner.weight_decay, "decoupled weight decay on matrices"},
+      {"inner", "grad_clip", &c.inner.grad_clip, "clip the global gradient norm to this (0: off)"},
+      {"inner", "warmup_steps", &c.inner.warmup_steps, "linear warm-up steps"},
+      {"inner", "decay_steps", &c.inner.decay_steps, "cosine decay steps after warm-up (0: constant lr)"},
+      {"inner", "min_lr_ratio", &c.inner.min_lr_ratio, "final lr of the cosine as a share of lr"},
+
+      {"outer", "kind", &c.outer.kind, "\"nesterov\", \"sgd\" (lr 1, momentum 0 = FedAvg) or \"delayed_nesterov\""},
+      {"outer", "lr", &c.outer.lr, "outer learning rate"},
+      {"outer", "momentum", &c.outer.momentum, "outer momentum"},
+      {"outer", "delay", &c.outer.delay, "delayed_nesterov: contributions per momentum step"},
+      {"outer", "eager", &c.outer.eager, "delayed_nesterov: share of each contribution applied at once"},
+
+      {"fragments", "count", &c.fragments.count, "P: fragments (streaming); diloco uses 1"},
+      {"fragments", "plan", &c.fragments.plan, "\"strided\" (layer l to fragment l mod P) or \"balanced\""},
+      {"fragments", "tau", &c.fragments.tau, "steps between sending a fragment and adopting its merge"},
+      {"fragments", "alpha", &c.fragments.alpha, "local share when adopting: α·local + (1−α)·global; <0: 0.5 if tau>0 else 0"},
+
+      {"merge", "weighting", &c.merge.weighting, "\"uniform\" or \"tokens\" (w = tokens·tokens/steps)"},
+      {"merge", "rda", &c.merge.rda, "radial-directional averaging of non-embedding tensors"},
+      {"merge", "max_staleness", &c.merge.max_staleness, "rounds after which a late contribution is dropped"},
+      {"merge", "staleness_discount", &c.merge.staleness_discount, "weight × discount^staleness"},
+
+      {"quorum", "min_islands", &c.quorum.min_islands, "K: contributions a round needs"},
+      {"quorum", "grace", &c.quorum.grace, "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},
+      {"quorum", "grace_s", &c.quorum.grace_s, "fixed grace window in seconds"},
+      {"quorum", "gamma", &c.quorum.gamma, "adaptive grace: γ in γ·max(0, τ·t_step − (t_quorum + t_sync))"},
+  };
+}
+
+template <class Int>
+void assign_int(const toml::node& n, Int* dst, const std::string& key, std::vector<std::string>& errs) {
+  auto v = n.value_exact<std::int64_t>();
+  if (!v) {
+    errs.push_back(key + ": expected an integer");
+    return;
+  }
+  if constexpr (std::is_unsigned_v<Int>) {
+    if (*v < 0) {
+      errs.push_back(key + ": must not be negative (got " + std::to_string(*v) + ")");
+      return;
+    }
+  } else if (*v < static_cast<std::int64_t>(std::numeric_limits<Int>::min()) ||
+             *v > static_cast<std::int64_t>(std::numeric_limits<Int>::max())) {
+    errs.push_back(key + ": out of range (got " + std::to_string(*v) + ")");
+    return;
+  }
+  *dst = static_cast<Int>(*v);
+}
+
+void assign(const toml::node& n, FieldPtr ptr, const std::string& key, std::vector<std::string>& errs) {
+  std::visit(
+      [&](auto* dst) {
+        using T = std::remove_pointer_t<decltype(dst)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (auto v = n.value_exact<bool>()) *dst = *v;
+          else errs.push_back(key + ": expected true or false");
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (auto v = n.value_exact<std::string>()) *dst = *v;
+          else errs.push_back(key + ": expected a string");
+        } else if constexpr (std::is_floating_point_v<T>) {
+          std::optional<double> v = n.is_integer() ? std::optional<double>(static_cast<double>(*n.value<std::int64_t>()))
+                                                   : n.value_exact<double>();
+          if (!v) errs.push_back(key + ": expected a number");
+          else if (!std::isfinite(*v)) errs.push_back(key + ": must be finite");
+          else *dst = static_cast<T>(*v);
+        } else {
+          assign_int(n, dst, key, errs);
+        }
+      },
+      ptr);
+}
+
+void merge_tables(toml::table& into, const toml::table& from) {
+  for (auto&& [k, v] : from) {
+    if (auto* sub = v.as_table(); sub && into[k].is_table()) merge_tables(*into[k].as_table(), *sub);
+    else into.insert_or_assign(k, v);
+  }
+}
+
+std::string describe_parse_error(std::string_view origin, const toml::parse_error& e) {
+  std::ostringstream s;
+  s << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+  return s.str();
+}
+
+std::string format_value(FieldPtr ptr) {
+  return std::visit(
+      [](auto* v) -> std::string {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) return *v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>) return "\"" + *v + "\"";
+        else if constexpr (std::is_floating_point_v<T>) {
+          char buf[64];
+          auto r = std::to_chars(buf, buf + sizeof buf, *v);
+          std::string s(buf, r.ptr);
+          if (s.find_first_of(".e") == std::string::npos) s += ".0";
+          return s;
+        } else return std::to_string(*v);
+      },
+      ptr);
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<std::string> problems)
+    : std::runtime_error([&] {
+        std::string s = "invalid configuration:";
+        for (const auto& p : problems) s += "\n  " + p;
+        return s;
+      }()),
+      problems_(std::move(problems)) {}
+
+std::vector<std::string> validate(const ModelConfig& m) {
+  std::vector<std::string> e;
+  if (m.kind != "gpt" && m.kind != "mlp") e.push_back("model.kind: must be \"gpt\" or \"mlp\" (got \"" + m.kind + "\")");
+  if (m.vocab != 256) e.push_back("model.vocab: must be 256 (byte-level models)");
+  if (m.seq_len < 1 || m.seq_len > 4096) e.push_back("model.seq_len: must be in [1, 4096] (got " + std::to_string(m.seq_len) + ")");
+  if (m.n_layer < 1) e.push_back("model.n_layer: must be ≥ 1 (got " + std::to_string(m.n_layer) + ")");
+  if (m.n_head < 1) e.push_back("model.n_head: must be ≥ 1 (got " + std::to_string(m.n_head) + ")");
+  if (m.n_embd < 1) e.push_back("model.n_embd: must be ≥ 1 (got " + std::to_string(m.n_embd) + ")");
+  else if (m.n_head >= 1 && m.n_embd % m.n_head != 0)
+    e.push_back("model.n_embd: must be divisible by model.n_head (" + std::to_string(m.n_embd) + " % " +
+                std::to_string(m.n_head) + " != 0)");
+  if (m.context < 1) e.push_back("model.context: must be ≥ 1");
+  if (m.hidden < 1) e.push_back("model.hidden: must be ≥ 1");
+  if (!(m.init_std > 0.0f)) e.push_back("model.init_std: must be positive");
+  return e;
+}
+
+std::vector<std::string> validate(const RunConfig& c) {
+  std::vector<std::string> e = validate(c.model);
+  auto add = [&](std::vector<std::string> more) { e.insert(e.end(), more.begin(), more.end()); };
+  add(validate(c.data));
+  add(validate(c.inner));
+  add(validate(c.outer));
+  add(validate(c.merge));
+  add(validate(c.quorum));
+  const auto& t = c.train;
+  if (t.mode != "ddp" && t.mode != "diloco" && t.mode != "streaming")
+    e.push_back("train.mode: must be \"ddp\", \"diloco\" or \"streaming\" (got \"" + t.mode + "\")");
+  if (t.islands < 1 || t.islands > 1024) e.push_back("train.islands: must be in [1, 1024] (got " + std::to_string(t.islands) + ")");
+  if (t.steps < 1) e.push_back("train.steps: must be ≥ 1 (got " + std::to_string(t.steps) + ")");
+  if (t.batch < 1) e.push_back("train.batch: must be ≥ 1 (got " + std::to_string(t.batch) + ")");
+  if (t.H < 1) e.push_back("train.H: must be ≥ 1 (got " + std::to_string(t.H) + ")");
+  if (t.eval_batches < 1) e.push_back("train.eval_batches: must be ≥ 1");
+  const auto& f = c.fragments;
+  if (f.count < 1) e.push_back("fragments.count: must be ≥ 1 (got " + std::to_string(f.count) + ")");
+  else if (f.count > t.H && t.H >= 1) e.push_back("fragments.count: must not exceed train.H (each fragment needs its own step)");
+  if (f.plan != "strided" && f.plan != "balanced")
+    e.push_back("fragments.plan: must be \"strided\" or \"balanced\" (got \"" + f.plan + "\")");
+  if (f.tau < 0 || (t.H >= 1 && f.tau >= t.H))
+    e.push_back("fragments.tau: must be in [0, train.H) (got " + std::to_string(f.tau) + ")");
+  if (!(f.alpha <= 1.0)) e.push_back("fragments.alpha: must be ≤ 1 (negative means automatic)");
+  if (c.quorum.min_islands > t.islands)
+    e.push_back("quorum.min_islands: exceeds train.islands (" + std::to_string(c.quorum.min_islands) + " > " +
+                std::to_string(t.islands) + ")");
+  return e;
+}
+
+RunConfig parse_config(std::string_view text, const std::vector<std::string>& overrides, std::string_view origin) {
+  std::vector<std::string> errs;
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& ex) {
+    throw ConfigError({describe_parse_error(origin, ex)});
+  }
+  for (const auto& o : overrides) {
+    if (o.find('=') == std::string::npos) {
+      errs.push_back("override '" + o + "': expected section.key=value");
+      continue;
+    }
+    try {
+      merge_tables(root, toml::parse(std::string_view(o), std::string_view("override")));
+    } catch (const toml::parse_error& ex) {
+      errs.push_back("override '" + o + "': " + std::string(ex.description()));
+    }
+  }
+  RunConfig cfg;
+  auto table = fields(cfg);
+  for (auto&& [sec, node] : root) {
+    const std::string section(sec.str());
+    const auto* tbl = node.as_table();
+    bool known = false;
+    for (const auto& f : table) known = known || f.section == section;
+    if (!known || !tbl) {
+      errs.push_back(section + ": " + (known ? "must be a table" : "unknown section"));
+      continue;
+    }
+    for (auto&& [k, v] : *tbl) {
+      const std::string key = section + "." + std::string(k.str());
+      auto it = std::find_if(table.begin(), table.end(),
+                             [&](const Field& f) { return f.section == section && f.key == k.str(); });
+      if (it == table.end()) errs.push_back(key + ": unknown key");
+      else assign(v, it->ptr, key, errs);
+    }
+  }
+  cfg.quorum.tau = cfg.fragments.tau;
+  if (errs.empty()) errs = validate(cfg);
+  if (!errs.empty()) throw ConfigError(std::move(errs));
+  return cfg;
+}
+
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError({path + ": cannot open the configuration file"});
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), overrides, path);
+}
+
+std::string default_config_toml() {
+  RunConfig cfg;
+  std::ostringstream s;
+  std::string_view section;
+  for (const auto& f : fields(cfg)) {
+    if (f.section != section) {
+      s << (section.empty() ? "" : "\n") << "[" << f.section << "]\n";
+      section = f.section;
+    }
+    s << "# " << f.doc << "\n" << f.key << " = " << format_value(f.ptr) << "\n";
+  }
+  return s.str();
+}
+
+}  // namespace diloco

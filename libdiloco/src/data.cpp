@@ -1,0 +1,326 @@
+// The built-in synthetic language, file corpora, per-island shards and the evaluation split.
+#include "diloco/data.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+
+#include "diloco/rng.hpp"
+
+namespace diloco {
+
+namespace {
+// Symbols of the synthetic language, most "letter-like" first; `alphabet` takes a prefix.
+constexpr char kSymbols[] = " etaoinshrdlcumwfgypbvkjxqz.,ETAOINSHRDLCUMWFGYPBVKJXQZ0123456789";
+constexpr int kMaxAlphabet = static_cast<int>(sizeof(kSymbols) - 1);
+constexpr std::uint64_t kEvalStream = 0xE7A1;
+constexpr std::uint64_t kLanguageStream = 0x1A46;
+
+double entropy_of(const std::vector<double>& p) {
+  double h = 0.0;
+  for (double x : p)
+    if (x > 0) h -= x * std::log(x);
+  return h;
+}
+}  // namespace
+
+/// D dialects, each a sparse order-k Markov chain over an alphabet of A symbols.
+/// Context c encodes the last k symbols base A; the next context is (c·A + s) mod A^k.
+class MarkovLanguage {
+public:
+  explicit MarkovLanguage(const DataConfig& cfg)
+      : A_(cfg.alphabet), k_(cfg.order), branching_(cfg.branching), doc_len_(cfg.doc_len) {
+    contexts_ = 1;
+    for (int i = 0; i < k_; ++i) contexts_ *= static_cast<std::size_t>(A_);
+    Rng rng(derive_seed(cfg.seed, kLanguageStream));
+    dialects_.resize(static_cast<std::size_t>(cfg.dialects));
+    for (auto& d : dialects_) {
+      d.succ.resize(contexts_ * branching_);
+      d.prob.resize(contexts_ * branching_);
+      d.entropy.resize(contexts_);
+      // Each symbol s owns a pool of 2·branching candidate successors; a context ending in s
+      // draws its `branching` successors from that pool. The last byte alone thus narrows the
+      // next one (as in natural text) and the earlier bytes narrow it further.
+      const int pool_size = std::min(A_, 2 * branching_);
+      std::vector<std::vector<int>> pools(static_cast<std::size_t>(A_));
+      for (auto& pool : pools) {
+        std::vector<int> all(static_cast<std::size_t>(A_));
+        for (int s = 0; s < A_; ++s) all[static_cast<std::size_t>(s)] = s;
+        for (int j = 0; j < pool_size; ++j)
+          std::swap(all[static_cast<std::size_t>(j)],
+                    all[static_cast<std::size_t>(j) + rng.below(static_cast<std::uint64_t>(A_ - j))]);
+        pool.assign(all.begin(), all.begin() + pool_size);
+      }
+      for (std::size_t c = 0; c < contexts_; ++c) {
+        std::vector<int> pool = pools[c % static_cast<std::size_t>(A_)];  // last symbol of c
+        double total = 0.0;
+        std::vector<double> w(static_cast<std::size_t>(branching_));
+        for (int j = 0; j < branching_; ++j) {
+          auto pick = static_cast<std::size_t>(j) + rng.below(static_cast<std::uint64_t>(pool_size - j));
+          std::swap(pool[static_cast<std::size_t>(j)], pool[pick]);
+          d.succ[c * branching_ + j] = pool[static_cast<std::size_t>(j)];
+          w[static_cast<std::size_t>(j)] = -std::log(1.0 - rng.uniform());
+          total += w[static_cast<std::size_t>(j)];
+        }
+        for (int j = 0; j < branching_; ++j) w[static_cast<std::size_t>(j)] /= total;
+        std::copy(w.begin(), w.end(), d.prob.begin() + static_cast<std::ptrdiff_t>(c * branching_));
+        d.entropy[c] = entropy_of(w);
+      }
+    }
+    analyse();
+  }
+
+  int alphabet() const { return A_; }
+  int num_dialects() const { return static_cast<int>(dialects_.size()); }
+  /// Exact floor and unigram entropy for a mixture of dialects (weights sum to 1).
+  double floor(const std::vector<double>& mix) const {
+    double h = 0.0;
+    for (std::size_t d = 0; d < dialects_.size(); ++d) h += mix[d] * dialects_[d].floor;
+    return h;
+  }
+  double unigram(const std::vector<double>& mix) const {
+    std::vector<double> p(static_cast<std::size_t>(A_), 0.0);
+    for (std::size_t d = 0; d < dialects_.size(); ++d)
+      for (int s = 0; s < A_; ++s) p[static_cast<std::size_t>(s)] += mix[d] * dialects_[d].unigram[static_cast<std::size_t>(s)];
+    return entropy_of(p);
+  }
+
+  /// Appends one document of dialect d to `out`.
+  void document(int d, Rng& rng, std::vector<std::uint8_t>& out) const {
+    const Dialect& D = dialects_[static_cast<std::size_t>(d)];
+    std::size_t c = 0;
+    for (int t = 0; t < doc_len_; ++t) {
+      int s;
+      if (t < k_) {
+        s = static_cast<int>(rng.below(static_cast<std::uint64_t>(A_)));
+      } else {
+        double u = rng.uniform();
+        int j = 0;
+        const double* pr = &D.prob[c * branching_];
+        while (j + 1 < branching_ && u >= pr[j]) u -= pr[j++];
+        s = D.succ[c * branching_ + j];
+      }
+      out.push_back(static_cast<std::uint8_t>(kSymbols[s]));
+      c = (c * static_cast<std::size_t>(A_) + static_cast<std::size_t>(s)) % contexts_;
+    }
+  }
+
+private:
+  struct Dialect {
+    std::vector<int> succ;         // (contexts, branching) successor symbols
+    std::vector<double> prob;      // (contexts, branching) their probabilities
+    std::vector<double> entropy;   // (contexts) H(next | context) in nats
+    double floor = 0.0;            // mean conditional entropy per document position
+    std::vector<double> unigram;   // (A) mean symbol distribution per document position
+  };
+
+  // Propagates the context distribution through one document: the first k symbols are
+  // uniform (ln A each), then position t costs sum_c p_t(c) H(c) and p_{t+1} = p_t P.
+  void analyse() {
+    for (auto& D : dialects_) {
+      std::vector<double> p(contexts_, 1.0 / static_cast<double>(contexts_)), next(contexts_);
+      D.unigram.assign(static_cast<std::size_t>(A_), 0.0);
+      double h = std::log(static_cast<double>(A_)) * k_;
+      for (int s = 0; s < A_; ++s) D.unigram[static_cast<std::size_t>(s)] = static_cast<double>(k_) / A_;
+      for (int t = k_; t < doc_len_; ++t) {
+        std::fill(next.begin(), next.end(), 0.0);
+        for (std::size_t c = 0; c < contexts_; ++c) {
+          if (p[c] == 0.0) continue;
+          h += p[c] * D.entropy[c];
+          for (int j = 0; j < branching_; ++j) {
+            const int s = D.succ[c * branching_ + j];
+            const double q = p[c] * D.prob[c * branching_ + j];
+            D.unigram[static_cast<std::size_t>(s)] += q;
+            next[(c * static_cast<std::size_t>(A_) + static_cast<std::size_t>(s)) % contexts_] += q;
+          }
+        }
+        p.swap(next);
+      }
+      D.floor = h / doc_len_;
+      for (auto& u : D.unigram) u /= doc_len_;
+    }
+  }
+
+  int A_, k_, branching_, doc_len_;
+  std::size_t contexts_ = 1;
+  std::vector<Dialect> dialects_;
+};
+
+namespace {
+
+std::vector<double> mixture(const DataConfig& cfg, int island, bool iid) {
+  const auto D = static_cast<std::size_t>(cfg.dialects);
+  std::vector<double> w(D, 1.0 / static_cast<double>(D));
+  if (!iid && D > 1) {
+    std::fill(w.begin(), w.end(), (1.0 - cfg.skew) / static_cast<double>(D - 1));
+    w[static_cast<std::size_t>(island) % D] = cfg.skew;
+  }
+  return w;
+}
+
+int pick(const std::vector<double>& w, Rng& rng) {
+  double u = rng.uniform();
+  for (std::size_t i = 0; i + 1 < w.size(); ++i) {
+    if (u < w[i]) return static_cast<int>(i);
+    u -= w[i];
+  }
+  return static_cast<int>(w.size()) - 1;
+}
+
+/// An endless stream of documents from the synthetic language, cut into windows.
+class SyntheticShard final : public BatchSource {
+public:
+  SyntheticShard(std::shared_ptr<const MarkovLanguage> lang, std::vector<double> mix, std::uint64_t seed)
+      : lang_(std::move(lang)), mix_(std::move(mix)), rng_(seed) {}
+  void next(int B, int T, Batch& out) override {
+    out.B = B;
+    out.T = T;
+    out.tokens.resize(static_cast<std::size_t>(B) * (T + 1));
+    for (std::size_t i = 0; i < out.tokens.size(); ++i) {
+      if (pos_ == buf_.size()) {
+        buf_.clear();
+        pos_ = 0;
+        lang_->document(pick(mix_, rng_), rng_, buf_);
+      }
+      out.tokens[i] = buf_[pos_++];
+    }
+    tokens_ += out.num_targets();
+  }
+
+private:
+  std::shared_ptr<const MarkovLanguage> lang_;
+  std::vector<double> mix_;
+  Rng rng_;
+  std::vector<std::uint8_t> buf_;
+  std::size_t pos_ = 0;
+};
+
+/// Random windows from [begin, end) of a byte corpus.
+class FileShard final : public BatchSource {
+public:
+  FileShard(std::shared_ptr<const std::vector<std::uint8_t>> data, std::size_t begin, std::size_t end,
+            std::uint64_t seed)
+      : data_(std::move(data)), begin_(begin), end_(end), rng_(seed) {}
+  void next(int B, int T, Batch& out) override {
+    const auto w = static_cast<std::size_t>(T) + 1;
+    if (end_ - begin_ < w)
+      throw std::runtime_error("data: shard of " + std::to_string(end_ - begin_) +
+                               " bytes is shorter than one window of " + std::to_string(w));
+    out.B = B;
+    out.T = T;
+    out.tokens.resize(static_cast<std::size_t>(B) * w);
+    for (int b = 0; b < B; ++b) {
+      const std::size_t start = begin_ + rng_.below(end_ - begin_ - w + 1);
+      std::copy_n(data_->begin() + static_cast<std::ptrdiff_t>(start), w,
+                  out.tokens.begin() + static_cast<std::ptrdiff_t>(b * w));
+    }
+    tokens_ += out.num_targets();
+  }
+
+private:
+  std::shared_ptr<const std::vector<std::uint8_t>> data_;
+  std::size_t begin_, end_;
+  Rng rng_;
+};
+
+}  // namespace
+
+std::vector<std::string> validate(const DataConfig& c) {
+  std::vector<std::string> e;
+  if (c.corpus != "synthetic" && c.corpus != "file")
+    e.push_back("data.corpus: must be \"synthetic\" or \"file\" (got \"" + c.corpus + "\")");
+  if (c.corpus == "file" && c.path.empty()) e.push_back("data.path: required when data.corpus = \"file\"");
+  if (c.alphabet < 2 || c.alphabet > kMaxAlphabet)
+    e.push_back("data.alphabet: must be in [2, " + std::to_string(kMaxAlphabet) + "] (got " + std::to_string(c.alphabet) + ")");
+  if (c.order < 1 || c.order > 4) e.push_back("data.order: must be in [1, 4] (got " + std::to_string(c.order) + ")");
+  else if (c.alphabet >= 2 && std::pow(static_cast<double>(c.alphabet), c.order) > (1 << 20))
+    e.push_back("data.order: alphabet^order must be at most 2^20 contexts");
+  if (c.branching < 1 || c.branching > c.alphabet)
+    e.push_back("data.branching: must be in [1, data.alphabet] (got " + std::to_string(c.branching) + ")");
+  if (c.dialects < 1 || c.dialects > 64) e.push_back("data.dialects: must be in [1, 64] (got " + std::to_string(c.dialects) + ")");
+  if (c.doc_len <= c.order) e.push_back("data.doc_len: must exceed data.order (got " + std::to_string(c.doc_len) + ")");
+  if (!(c.skew >= 0.0 && c.skew <= 1.0)) e.push_back("data.skew: must be in [0, 1]");
+  if (c.eval_tokens < 1024) e.push_back("data.eval_tokens: must be at least 1024");
+  if (!(c.eval_fraction > 0.0 && c.eval_fraction < 1.0)) e.push_back("data.eval_fraction: must be in (0, 1)");
+  return e;
+}
+
+Corpus Corpus::make(const DataConfig& cfg) {
+  if (auto errs = validate(cfg); !errs.empty()) throw std::invalid_argument(errs.front());
+  Corpus c;
+  c.cfg_ = cfg;
+  if (cfg.corpus == "synthetic") {
+    c.lang_ = std::make_shared<MarkovLanguage>(cfg);
+    const auto uniform = mixture(cfg, 0, true);
+    c.floor_ = c.lang_->floor(uniform);
+    c.unigram_ = c.lang_->unigram(uniform);
+    Rng rng(derive_seed(cfg.seed, kEvalStream));
+    while (c.eval_.size() < cfg.eval_tokens) c.lang_->document(pick(uniform, rng), rng, c.eval_);
+    c.eval_.resize(cfg.eval_tokens);
+    return c;
+  }
+  std::ifstream in(cfg.path, std::ios::binary);
+  if (!in) throw std::runtime_error("data.path: cannot open '" + cfg.path + "'");
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(std::istreambuf_iterator<char>(in),
+                                                           std::istreambuf_iterator<char>());
+  const auto n_eval = static_cast<std::size_t>(static_cast<double>(bytes->size()) * cfg.eval_fraction);
+  if (bytes->size() < 4096 || n_eval < 1024)
+    throw std::invalid_argument("data.path: '" + cfg.path + "' is too small (" + std::to_string(bytes->size()) +
+                                " bytes; need at least 4096 and an evaluation tail of 1024)");
+  c.eval_.assign(bytes->end() - static_cast<std::ptrdiff_t>(n_eval), bytes->end());
+  bytes->resize(bytes->size() - n_eval);
+  std::vector<double> counts(256, 0.0);
+  for (auto b : *bytes) counts[b] += 1.0;
+  for (auto& x : counts) x /= static_cast<double>(bytes->size());
+  c.unigram_ = entropy_of(counts);
+  c.train_ = std::move(bytes);
+  return c;
+}
+
+std::unique_ptr<BatchSource> Corpus::shard(int island, int num_islands) const {
+  const std::uint64_t seed = derive_seed(cfg_.seed, static_cast<std::uint64_t>(island) + 1);
+  if (lang_) return std::make_unique<SyntheticShard>(lang_, mixture(cfg_, island, cfg_.iid), seed);
+  const std::size_t n = train_->size();
+  if (cfg_.iid) return std::make_unique<FileShard>(train_, 0, n, seed);
+  const auto i = static_cast<std::size_t>(island), m = static_cast<std::size_t>(num_islands);
+  return std::make_unique<FileShard>(train_, n * i / m, n * (i + 1) / m, seed);
+}
+
+std::vector<Batch> Corpus::eval_batches(int B, int T, int count) const {
+  std::vector<Batch> out(static_cast<std::size_t>(count));
+  const auto w = static_cast<std::size_t>(T) + 1;
+  const std::size_t windows = eval_.size() / w;
+  if (windows == 0) throw std::invalid_argument("data.eval_tokens: shorter than one window");
+  std::size_t k = 0;
+  for (auto& b : out) {
+    b.B = B;
+    b.T = T;
+    b.tokens.resize(static_cast<std::size_t>(B) * w);
+    for (int i = 0; i < B; ++i, ++k) {
+      const std::size_t start = (k % windows) * w;  // wraps round if count·B exceeds the split
+      std::copy_n(eval_.begin() + static_cast<std::ptrdiff_t>(start), w,
+                  b.tokens.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * w));
+    }
+  }
+  return out;
+}
+
+std::string Corpus::describe() const {
+  std::ostringstream s;
+  if (lang_) {
+    s << "synthetic language: " << cfg_.dialects << " dialects, order-" << cfg_.order << " Markov over "
+      << cfg_.alphabet << " symbols, " << cfg_.branching << " successors per context, "
+      << (cfg_.iid ? "IID" : "non-IID") << " shards; entropy floor " << *floor_ << " nats/token, unigram "
+      << unigram_ << " nats";
+  } else {
+    s << "file " << cfg_.path << ": " << train_->size() << " training bytes, " << eval_.size()
+      << " evaluation bytes, " << (cfg_.iid ? "IID" : "non-IID") << " shards; unigram entropy " << unigram_
+      << " nats";
+  }
+  return s.str();
+}
+
+}  // namespace diloco

@@ -1,0 +1,110 @@
+// Merge policy: weights, staleness, mean and radial-directional averaging, quorum and grace.
+#include "diloco/merge.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace diloco {
+
+double contribution_weight(const Contribution& c, const std::string& weighting) {
+  if (weighting == "uniform") return 1.0;
+  if (c.steps == 0 || c.tokens == 0) return 0.0;
+  const auto t = static_cast<double>(c.tokens);
+  return t * (t / static_cast<double>(c.steps));
+}
+
+std::optional<double> staleness_factor(const MergeConfig& cfg, std::uint64_t current, std::uint64_t base) {
+  if (base > current) return std::nullopt;
+  const std::uint64_t s = current - base;
+  if (s > cfg.max_staleness) return std::nullopt;
+  return std::pow(cfg.staleness_discount, static_cast<double>(s));
+}
+
+MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment> segments,
+                 const MergeConfig& cfg, std::uint64_t current_round, std::span<double> out) {
+  MergeStats st;
+  std::fill(out.begin(), out.end(), 0.0);
+  std::vector<double> w;
+  std::vector<const Contribution*> used;
+  for (const auto& c : contribs) {
+    if (c.delta.size() != out.size()) throw std::invalid_argument("merge: contribution size differs from fragment");
+    const auto f = staleness_factor(cfg, current_round, c.base_round);
+    if (!f) {
+      ++st.dropped_stale;
+      continue;
+    }
+    const double wi = contribution_weight(c, cfg.weighting) * *f;
+    if (wi <= 0.0) continue;
+    w.push_back(wi);
+    used.push_back(&c);
+    st.total_weight += wi;
+  }
+  st.merged = static_cast<int>(used.size());
+  if (used.empty()) return st;
+  const double W = st.total_weight;
+  for (const auto& seg : segments) {
+    auto o = out.subspan(seg.dst, seg.size);
+    if (!cfg.rda || seg.embedding) {
+      for (std::size_t m = 0; m < used.size(); ++m) {
+        const double a = w[m] / W;
+        const double* d = used[m]->delta.data() + seg.dst;
+        for (std::size_t i = 0; i < seg.size; ++i) o[i] += a * d[i];
+      }
+      continue;
+    }
+    // RDA: radius = weighted mean of norms; direction = unit(weighted mean of unit vectors).
+    double radius = 0.0;
+    for (std::size_t m = 0; m < used.size(); ++m) {
+      const double* d = used[m]->delta.data() + seg.dst;
+      double n2 = 0.0;
+      for (std::size_t i = 0; i < seg.size; ++i) n2 += d[i] * d[i];
+      const double norm = std::sqrt(n2);
+      if (norm == 0.0) continue;
+      radius += w[m] / W * norm;
+      const double a = w[m] / (W * norm);
+      for (std::size_t i = 0; i < seg.size; ++i) o[i] += a * d[i];
+    }
+    double n2 = 0.0;
+    for (double x : o) n2 += x * x;
+    const double scale = n2 > 0.0 ? radius / std::sqrt(n2) : 0.0;
+    for (auto& x : o) x *= scale;
+  }
+  return st;
+}
+
+double grace_window(const QuorumConfig& cfg, const RoundState& s) {
+  if (cfg.grace == "none") return 0.0;
+  if (cfg.grace == "fixed") return cfg.grace_s;
+  const double t_quorum = s.quorum_at ? *s.quorum_at - s.opened_at : 0.0;
+  return cfg.gamma * std::max(0.0, cfg.tau * s.t_step - (t_quorum + s.t_sync));
+}
+
+QuorumDecision decide(const QuorumConfig& cfg, const RoundState& s, double now) {
+  if (s.arrivals < cfg.min_islands || !s.quorum_at) return {};
+  if (s.arrivals >= s.live_islands) return {true, now};
+  const double until = *s.quorum_at + grace_window(cfg, s);
+  if (now >= until) return {true, now};
+  return {false, until};
+}
+
+std::vector<std::string> validate(const MergeConfig& c) {
+  std::vector<std::string> e;
+  if (c.weighting != "uniform" && c.weighting != "tokens")
+    e.push_back("merge.weighting: must be \"uniform\" or \"tokens\" (got \"" + c.weighting + "\")");
+  if (!(c.staleness_discount >= 0.0 && c.staleness_discount <= 1.0))
+    e.push_back("merge.staleness_discount: must be in [0, 1]");
+  return e;
+}
+
+std::vector<std::string> validate(const QuorumConfig& c) {
+  std::vector<std::string> e;
+  if (c.min_islands < 1) e.push_back("quorum.min_islands: must be ≥ 1");
+  if (c.grace != "none" && c.grace != "fixed" && c.grace != "adaptive")
+    e.push_back("quorum.grace: must be \"none\", \"fixed\" or \"adaptive\" (got \"" + c.grace + "\")");
+  if (!(c.grace_s >= 0.0)) e.push_back("quorum.grace_s: must be ≥ 0");
+  if (!(c.gamma >= 0.0)) e.push_back("quorum.gamma: must be ≥ 0");
+  return e;
+}
+
+}  // namespace diloco

@@ -1,0 +1,137 @@
+// AdamW with schedule and clipping; Nesterov / SGD / Delayed Nesterov outer steps.
+#include "diloco/optim.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace diloco {
+
+float learning_rate(const AdamWConfig& c, long step) {
+  if (c.warmup_steps > 0 && step <= c.warmup_steps)
+    return c.lr * static_cast<float>(step) / static_cast<float>(c.warmup_steps);
+  if (c.decay_steps <= 0) return c.lr;
+  const double progress =
+      std::min(1.0, static_cast<double>(step - c.warmup_steps) / static_cast<double>(c.decay_steps));
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return static_cast<float>(c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine));
+}
+
+double global_norm(std::span<const float> g) {
+  double s = 0.0;
+  for (float x : g) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
+AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg)
+    : layout_(&layout), cfg_(cfg), m_(layout.size(), 0.0f), v_(layout.size(), 0.0f), decay_(layout.size(), 0) {
+  for (const auto& t : layout.tensors())
+    if (t.decay) std::fill_n(decay_.begin() + static_cast<std::ptrdiff_t>(t.offset), t.size, 1);
+}
+
+float AdamW::step(std::span<float> p, std::span<float> g) {
+  if (p.size() != m_.size() || g.size() != m_.size()) throw std::invalid_argument("AdamW::step: size mismatch");
+  const double norm = global_norm(g);
+  float scale = 1.0f;
+  if (cfg_.grad_clip > 0.0f && norm > cfg_.grad_clip) scale = static_cast<float>(cfg_.grad_clip / norm);
+  ++t_;
+  const float lr = learning_rate(cfg_, t_);
+  const float b1 = cfg_.beta1, b2 = cfg_.beta2;
+  const float c1 = 1.0f - static_cast<float>(std::pow(b1, static_cast<double>(t_)));
+  const float c2 = 1.0f - static_cast<float>(std::pow(b2, static_cast<double>(t_)));
+  const float wd = lr * cfg_.weight_decay;
+  const std::size_t n = p.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const float gi = g[i] * scale;
+    g[i] = gi;
+    m_[i] = b1 * m_[i] + (1.0f - b1) * gi;
+    v_[i] = b2 * v_[i] + (1.0f - b2) * gi * gi;
+    const float mhat = m_[i] / c1;
+    const float vhat = v_[i] / c2;
+    p[i] -= lr * (mhat / (std::sqrt(vhat) + cfg_.eps)) + (decay_[i] ? wd * p[i] : 0.0f);
+  }
+  return static_cast<float>(norm);
+}
+
+void AdamW::restore(long t, std::span<const float> m, std::span<const float> v) {
+  if (m.size() != m_.size() || v.size() != v_.size()) throw std::invalid_argument("AdamW::restore: size mismatch");
+  t_ = t;
+  std::copy(m.begin(), m.end(), m_.begin());
+  std::copy(v.begin(), v.end(), v_.begin());
+}
+
+OuterOptimizer::OuterOptimizer(std::size_t size, OuterConfig cfg) : cfg_(std::move(cfg)), m_(size, 0.0f) {
+  if (auto e = validate(cfg_); !e.empty()) throw std::invalid_argument(e.front());
+  if (cfg_.kind == "delayed_nesterov") buf_.assign(size, 0.0);
+}
+
+void OuterOptimizer::step(std::span<float> theta, std::span<const double> d) {
+  if (theta.size() != m_.size() || d.size() != m_.size())
+    throw std::invalid_argument("OuterOptimizer::step: size mismatch");
+  ++t_;
+  const double lr = cfg_.lr, mu = cfg_.momentum;
+  const std::size_t n = theta.size();
+  if (cfg_.kind == "sgd") {
+    // Heavy-ball SGD; with momentum 0 this is θ ← θ − lr·Δ (lr 1: FedAvg).
+    for (std::size_t i = 0; i < n; ++i) {
+      double upd = d[i];
+      if (mu != 0.0) {
+        m_[i] = static_cast<float>(mu * m_[i] + d[i]);
+        upd = m_[i];
+      }
+      theta[i] = static_cast<float>(theta[i] - lr * upd);
+    }
+  } else if (cfg_.kind == "nesterov") {
+    // PyTorch SGD(nesterov=True): m ← μm + Δ; θ ← θ − lr(Δ + μm).
+    for (std::size_t i = 0; i < n; ++i) {
+      m_[i] = static_cast<float>(mu * m_[i] + d[i]);
+      theta[i] = static_cast<float>(theta[i] - lr * (d[i] + mu * m_[i]));
+    }
+  } else {
+    // Delayed Nesterov (Liu et al., arXiv 2401.09135): each contribution moves θ by c·lr·Δ at
+    // once and joins a buffer; every `delay` contributions the momentum takes one step on the
+    // buffer's mean and θ gets the rest of a Nesterov step, lr(β m + mean − c·sum).
+    const double c = cfg_.eager;
+    for (std::size_t i = 0; i < n; ++i) {
+      buf_[i] += d[i];
+      if (c != 0.0) theta[i] = static_cast<float>(theta[i] - lr * c * d[i]);
+    }
+    if (++pending_ == cfg_.delay) {
+      const double N = cfg_.delay;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double mean = buf_[i] / N;
+        m_[i] = static_cast<float>(mu * m_[i] + mean);
+        theta[i] = static_cast<float>(theta[i] - lr * (mu * m_[i] + mean - c * buf_[i]));
+        buf_[i] = 0.0;
+      }
+      pending_ = 0;
+    }
+  }
+}
+
+std::vector<std::string> validate(const AdamWConfig& c) {
+  std::vector<std::string> e;
+  if (!(c.lr > 0.0f && std::isfinite(c.lr))) e.push_back("inner.lr: must be a positive number");
+  if (!(c.beta1 >= 0.0f && c.beta1 < 1.0f)) e.push_back("inner.beta1: must be in [0, 1)");
+  if (!(c.beta2 >= 0.0f && c.beta2 < 1.0f)) e.push_back("inner.beta2: must be in [0, 1)");
+  if (!(c.eps > 0.0f)) e.push_back("inner.eps: must be positive");
+  if (!(c.weight_decay >= 0.0f)) e.push_back("inner.weight_decay: must be ≥ 0");
+  if (!(c.grad_clip >= 0.0f)) e.push_back("inner.grad_clip: must be ≥ 0 (0 disables clipping)");
+  if (c.warmup_steps < 0) e.push_back("inner.warmup_steps: must be ≥ 0");
+  if (c.decay_steps < 0) e.push_back("inner.decay_steps: must be ≥ 0");
+  if (!(c.min_lr_ratio >= 0.0f && c.min_lr_ratio <= 1.0f)) e.push_back("inner.min_lr_ratio: must be in [0, 1]");
+  return e;
+}
+
+std::vector<std::string> validate(const OuterConfig& c) {
+  std::vector<std::string> e;
+  if (c.kind != "nesterov" && c.kind != "sgd" && c.kind != "delayed_nesterov")
+    e.push_back("outer.kind: must be \"nesterov\", \"sgd\" or \"delayed_nesterov\" (got \"" + c.kind + "\")");
+  if (!(c.lr > 0.0f && std::isfinite(c.lr))) e.push_back("outer.lr: must be a positive number");
+  if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) e.push_back("outer.momentum: must be in [0, 1)");
+  if (c.delay < 1) e.push_back("outer.delay: must be ≥ 1");
+  if (!(c.eager >= 0.0f && c.eager * static_cast<float>(c.delay) <= 1.0f + 1e-6f))
+    e.push_back("outer.eager: must be in [0, 1/outer.delay]");
+  return e;
+}
+
+}  // namespace diloco

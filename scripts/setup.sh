@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency from Debian 12 packages (idempotent).
+# `scripts/setup.sh --bench` also installs what the benchmarks compare against (PyTorch, OpenBLAS).
+set -euo pipefail
+
+packages=(cmake g++ make ninja-build pkg-config
+          libcaf-dev libeigen3-dev capnproto libcapnp-dev libssl-dev openssl
+          libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch libopenblas0-pthread)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+echo "setup: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

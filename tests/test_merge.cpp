@@ -1,0 +1,159 @@
+// Merge policy: weights, staleness, RDA, and quorum + grace decisions for scripted arrivals.
+#define BOOST_TEST_MODULE merge
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+
+#include "diloco/merge.hpp"
+
+using namespace diloco;
+
+namespace {
+std::vector<Segment> one_segment(std::size_t n, bool embedding = false) { return {Segment{0, 0, 0, n, embedding}}; }
+double norm(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(rda_of_M_orthogonal_vectors_of_norm_R_has_norm_R) {
+  for (int M : {2, 4, 8}) {
+    const double R = 3.0;
+    std::vector<std::vector<double>> d(M, std::vector<double>(M, 0.0));
+    std::vector<Contribution> c;
+    for (int m = 0; m < M; ++m) {
+      d[m][m] = (m % 2 ? -R : R);
+      c.push_back({m, 0, 100, 10, d[m]});
+    }
+    MergeConfig cfg;
+    cfg.rda = true;
+    std::vector<double> out(M);
+    auto st = merge(c, one_segment(M), cfg, 0, out);
+    BOOST_TEST(st.merged == M);
+    BOOST_TEST(norm(out) == R, boost::test_tools::tolerance(1e-12));
+    // Plain averaging of the same vectors shrinks as 1/sqrt(M).
+    cfg.rda = false;
+    merge(c, one_segment(M), cfg, 0, out);
+    BOOST_TEST(norm(out) == R / std::sqrt(M), boost::test_tools::tolerance(1e-12));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rda_leaves_embedding_tensors_to_the_plain_mean) {
+  std::vector<double> a{1.0, 0.0}, b{0.0, 1.0};
+  std::vector<Contribution> c{{0, 0, 10, 1, a}, {1, 0, 10, 1, b}};
+  MergeConfig cfg;
+  std::vector<double> out(2);
+  merge(c, one_segment(2, /*embedding=*/true), cfg, 0, out);
+  BOOST_TEST(out[0] == 0.5);
+  BOOST_TEST(out[1] == 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(token_weighting_favours_more_and_faster_work) {
+  // Island 0: 300 tokens in 3 steps (w = 300·100); island 1: 100 tokens in 2 steps (w = 100·50).
+  std::vector<double> a{1.0}, b{0.0};
+  std::vector<Contribution> c{{0, 0, 300, 3, a}, {1, 0, 100, 2, b}};
+  BOOST_TEST(contribution_weight(c[0], "tokens") == 30000.0);
+  BOOST_TEST(contribution_weight(c[1], "tokens") == 5000.0);
+  MergeConfig cfg;
+  cfg.rda = false;
+  std::vector<double> out(1);
+  merge(c, one_segment(1), cfg, 0, out);
+  BOOST_TEST(out[0] == 30000.0 / 35000.0, boost::test_tools::tolerance(1e-12));
+  cfg.weighting = "uniform";
+  merge(c, one_segment(1), cfg, 0, out);
+  BOOST_TEST(out[0] == 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(stale_contributions_are_discounted_then_dropped) {
+  MergeConfig cfg;
+  cfg.max_staleness = 2;
+  cfg.staleness_discount = 0.5;
+  BOOST_TEST(*staleness_factor(cfg, 10, 10) == 1.0);
+  BOOST_TEST(*staleness_factor(cfg, 10, 9) == 0.5);
+  BOOST_TEST(*staleness_factor(cfg, 10, 8) == 0.25);
+  BOOST_TEST(!staleness_factor(cfg, 10, 7));
+  BOOST_TEST(!staleness_factor(cfg, 10, 11));  // from the future: never applied
+  std::vector<double> fresh{1.0}, old{-1.0}, ancient{100.0};
+  std::vector<Contribution> c{{0, 10, 10, 1, fresh}, {1, 9, 10, 1, old}, {2, 3, 10, 1, ancient}};
+  cfg.rda = false;
+  cfg.weighting = "uniform";
+  std::vector<double> out(1);
+  auto st = merge(c, one_segment(1), cfg, 10, out);
+  BOOST_TEST(st.merged == 2);
+  BOOST_TEST(st.dropped_stale == 1);
+  BOOST_TEST(out[0] == (1.0 - 0.5) / 1.5, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(nothing_merged_gives_zeros) {
+  std::vector<double> d{5.0};
+  std::vector<Contribution> c{{0, 0, 10, 1, d}};
+  MergeConfig cfg;
+  std::vector<double> out{9.0};
+  auto st = merge(c, one_segment(1), cfg, 100, out);
+  BOOST_TEST(st.merged == 0);
+  BOOST_TEST(out[0] == 0.0);
+}
+
+// Scripted arrivals for one fragment's round: K = 2 of 4 live islands, adaptive grace.
+BOOST_AUTO_TEST_CASE(quorum_then_adaptive_grace_for_scripted_arrivals) {
+  QuorumConfig q;
+  q.min_islands = 2;
+  q.grace = "adaptive";
+  q.gamma = 1.0;
+  q.tau = 5;
+  RoundState s;
+  s.opened_at = 100.0;
+  s.live_islands = 4;
+  s.t_step = 1.0;
+  s.t_sync = 0.5;
+  // t = 101: first arrival, no quorum: wait with no deadline.
+  s.arrivals = 1;
+  auto d = decide(q, s, 101.0);
+  BOOST_TEST(!d.merge);
+  BOOST_TEST(std::isinf(d.recheck_at));
+  // t = 102: quorum. Grace = 1·max(0, 5·1 − (2 + 0.5)) = 2.5 s: wait until 104.5.
+  s.arrivals = 2;
+  s.quorum_at = 102.0;
+  BOOST_TEST(grace_window(q, s) == 2.5);
+  d = decide(q, s, 102.0);
+  BOOST_TEST(!d.merge);
+  BOOST_TEST(d.recheck_at == 104.5);
+  // t = 103: a third arrives; still inside the window.
+  s.arrivals = 3;
+  BOOST_TEST(!decide(q, s, 103.0).merge);
+  // t = 104.5: the window closes: merge with three.
+  BOOST_TEST(decide(q, s, 104.5).merge);
+}
+
+BOOST_AUTO_TEST_CASE(all_live_islands_in_merges_at_once) {
+  QuorumConfig q;
+  q.min_islands = 1;
+  q.tau = 5;
+  RoundState s;
+  s.live_islands = 2;
+  s.arrivals = 2;
+  s.quorum_at = 0.0;
+  s.t_step = 10.0;
+  BOOST_TEST(decide(q, s, 0.0).merge);
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_quorum_leaves_no_grace) {
+  QuorumConfig q;
+  q.min_islands = 1;
+  q.tau = 2;
+  RoundState s;
+  s.opened_at = 0.0;
+  s.quorum_at = 5.0;  // quorum took longer than τ·t_step = 2
+  s.arrivals = 1;
+  s.live_islands = 3;
+  s.t_step = 1.0;
+  BOOST_TEST(grace_window(q, s) == 0.0);
+  BOOST_TEST(decide(q, s, 5.0).merge);
+  q.grace = "fixed";
+  q.grace_s = 1.0;
+  BOOST_TEST(!decide(q, s, 5.5).merge);
+  BOOST_TEST(decide(q, s, 6.0).merge);
+  q.grace = "none";
+  BOOST_TEST(decide(q, s, 5.0).merge);
+}
