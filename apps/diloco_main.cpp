@@ -78,11 +78,29 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("config", "print the default configuration with every key documented");
 
+  auto* check_cmd = app.add_subcommand("check", "validate configuration files and report every problem");
+  std::vector<std::string> check_paths;
+  check_cmd->add_option("configs", check_paths, "TOML configurations")->required()->check(CLI::ExistingFile);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("config")) {
       std::cout << diloco::default_config_toml();
       return 0;
+    }
+    if (app.got_subcommand("check")) {
+      int bad = 0;
+      for (const auto& p : check_paths) {
+        try {
+          const auto cfg = diloco::load_config(p);
+          std::printf("%s: ok (mode %s, %d islands, model %s)\n", p.c_str(), cfg.train.mode.c_str(),
+                      cfg.train.islands, cfg.model.kind.c_str());
+        } catch (const diloco::ConfigError& e) {
+          std::printf("%s: %s\n", p.c_str(), e.what());
+          ++bad;
+        }
+      }
+      return bad ? 2 : 0;
     }
     return run(path, overrides, metrics, seed);
   } catch (const diloco::ConfigError& e) {

@@ -275,6 +275,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 std::string default_config_toml() {
   RunConfig cfg;
   std::ostringstream s;
+  s << "# diloco: the built-in defaults, every key documented (printed by `diloco config`).\n\n";
   std::string_view section;
   for (const auto& f : fields(cfg)) {
     if (f.section != section) {
