@@ -5,11 +5,16 @@ set -euo pipefail
 
 packages=(cmake g++ make ninja-build pkg-config
           libcaf-dev libeigen3-dev capnproto libcapnp-dev libssl-dev openssl
-          libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev)
+          libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
+          nlohmann-json3-dev)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch libopenblas0-pthread)
 fi
 
+# `--fuzz`: clang and its libFuzzer/sanitizer runtimes (tests/fuzz/README.md).
+if [[ " $* " == *" --fuzz "* ]]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -251,9 +251,10 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
       continue;
     }
     for (auto&& [k, v] : *tbl) {
-      const std::string key = section + "." + std::string(k.str());
+      const std::string name(k.str());
+      const std::string key = section + "." + name;
       auto it = std::find_if(table.begin(), table.end(),
-                             [&](const Field& f) { return f.section == section && f.key == k.str(); });
+                             [&](const Field& f) { return f.section == section && f.key == name; });
       if (it == table.end()) errs.push_back(key + ": unknown key");
       else assign(v, it->ptr, key, errs);
     }

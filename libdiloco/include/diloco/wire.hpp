@@ -1,0 +1,154 @@
+// The wire protocol between sites as plain structs: encode messages to Cap'n Proto frames
+// (schemas/diloco.capnp, private to the library) and decode + validate frames from the network.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "diloco/codec.hpp"
+#include "diloco/expected.hpp"
+
+namespace diloco {
+
+/// Version every frame carries; frames with any other version are refused (unsupported_version).
+inline constexpr std::uint16_t protocol_version = 1;
+/// Sender id of the syncer in fragments and heartbeats (islands are 0, 1, ...).
+inline constexpr int syncer_id = -1;
+
+enum class FragmentKind : std::uint8_t {
+  outer_gradient = 0,  // island → syncer: δ = Θ_p − θ_p, based on global round `base_round`
+  global_params = 1,   // syncer → island: Θ_p as of round `base_round`
+};
+
+/// Everything a fragment message says besides its values.
+struct FragmentHeader {
+  FragmentKind kind = FragmentKind::outer_gradient;
+  int island = 0;                // sender (syncer_id for global_params)
+  std::uint32_t index = 0;       // fragment number in the FragmentPlan
+  std::uint64_t base_round = 0;  // round the delta is based on / round of these params
+  std::uint64_t tokens = 0;      // tokens trained since base_round (merge weight)
+  std::uint64_t steps = 0;       // inner steps since base_round
+};
+
+struct FragmentMessage {
+  FragmentHeader header;
+  Encoded data;
+};
+
+/// Per-fragment counters an island reports every step (Decoupled DiLoCo, arXiv 2604.21428).
+struct FragmentCounters {
+  std::uint32_t index = 0;
+  std::uint64_t base_round = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t steps = 0;
+};
+
+struct ProgressMessage {
+  int island = 0;
+  std::uint64_t local_step = 0;
+  std::vector<FragmentCounters> fragments;
+};
+
+/// A (re)started island asking for the current global fragments (heal).
+struct JoinRequest {
+  int island = 0;
+  std::uint64_t incarnation = 0;  // bumps on every restart
+};
+
+/// The syncer's answer: every global fragment with its round (kind global_params).
+struct JoinReply {
+  std::vector<FragmentMessage> fragments;
+};
+
+struct Heartbeat {
+  int sender = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t sent_at_ns = 0;  // sender's clock, passed in by the caller
+};
+
+using Message = std::variant<FragmentMessage, ProgressMessage, JoinRequest, JoinReply, Heartbeat>;
+enum class MessageType : std::uint8_t { fragment = 0, progress, join_request, join_reply, heartbeat };
+std::string_view to_string(MessageType t);
+std::string_view to_string(FragmentKind k);
+MessageType type_of(const Message& m);
+
+/// One serialised message: Cap'n Proto flat-array bytes (segment table, then segments).
+using Frame = std::vector<std::byte>;
+
+/// Sizes the receiver is prepared for: they bound every frame before it is read.
+struct WireLimits {
+  std::size_t max_fragment_values = std::size_t{1} << 28;  // values in one fragment (1 GiB as fp32)
+  std::size_t max_fragments = 4096;                        // P
+  std::size_t max_model_values = std::size_t{1} << 30;     // sum over fragments (JoinReply)
+};
+
+/// Largest legitimate frame of a type under `limits`: frames above it are refused before any
+/// byte of them is interpreted (frame_too_large), and it bounds the Cap'n Proto traversal.
+std::size_t max_frame_bytes(MessageType t, const WireLimits& limits);
+
+/// Serialises any message (values are copied from the Encoded payloads).
+Frame encode_message(const Message& m);
+/// Quantises `values` straight into a new fragment frame (no intermediate payload copy).
+Expected<Frame> encode_fragment(const FragmentHeader& h, const CodecParams& p, std::span<const float> values);
+/// Same, with error feedback: the quantisation residual is carried into `ef`'s next send.
+Expected<Frame> encode_fragment(const FragmentHeader& h, ErrorFeedbackEncoder& ef, std::span<const float> values);
+
+/// Structural decode of any frame: size and segment table before reading, per-type frame and
+/// traversal limits, protocol version, encoding, lengths, finite values. Nothing about the
+/// receiver's state is checked (see FragmentInbox). Payloads are copied into the result.
+Expected<Message> decode_message(std::span<const std::byte> frame, const WireLimits& limits = {});
+
+/// What a receiver knows, to judge an incoming fragment against its run.
+struct WireContext {
+  std::vector<std::size_t> fragment_sizes;  // values per fragment (FragmentPlan::size(p))
+  std::vector<std::uint64_t> rounds;        // receiver's current round per fragment
+  int islands = 0;                          // known senders of outer gradients: 0..islands-1
+  FragmentKind accept = FragmentKind::outer_gradient;
+  std::uint64_t max_staleness = 4;          // outer gradients older than this many rounds are stale
+  WireLimits limits;
+};
+
+/// Checks a decoded fragment header against the receiver's state: kind, known fragment and
+/// sender, count equal to the fragment size, round neither from the future nor too stale,
+/// counters usable as merge weights.
+Status check_fragment(const FragmentHeader& h, std::size_t count, const WireContext& ctx);
+
+/// Receiving end for fragment frames: validates everything and decodes straight into the
+/// caller's buffer, counting each rejection by code. A rejected frame writes nothing into the
+/// buffer but zeros, so nothing from it can reach a parameter.
+class FragmentInbox {
+public:
+  struct Received {
+    FragmentHeader header;
+    CodecParams params;
+    std::size_t count = 0;        // values written to out[0, count)
+    std::size_t frame_bytes = 0;  // bytes this message took on the wire
+  };
+
+  explicit FragmentInbox(WireContext ctx);
+  /// `out` must hold at least the fragment's size; decoded values go to out[0, count).
+  Expected<Received> receive(std::span<const std::byte> frame, std::span<float> out);
+  Expected<Received> receive(std::span<const std::byte> frame, std::span<double> out);
+
+  /// The receiver's round of fragment p moved on (after a merge or an adopted broadcast).
+  void set_round(std::uint32_t p, std::uint64_t round);
+  const WireContext& context() const { return ctx_; }
+  const RejectCounts& rejected() const { return rejected_; }
+  std::uint64_t accepted() const { return accepted_; }
+
+private:
+  template <class Out>
+  Expected<Received> receive_impl(std::span<const std::byte> frame, std::span<Out> out);
+
+  WireContext ctx_;
+  RejectCounts rejected_;
+  std::uint64_t accepted_ = 0;
+  std::vector<std::uint64_t> aligned_;  // copy of frames that arrive unaligned
+  std::vector<float> scales_;
+};
+
+}  // namespace diloco

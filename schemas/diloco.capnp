@@ -1,0 +1,78 @@
+# Messages that cross a site boundary: fragments, progress metadata, join/heal, heartbeats.
+# Every frame is one Envelope; its `version` must equal protocolVersion or the frame is refused.
+@0xb435619b5ecd24f9;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("diloco::wire::schema");
+
+const protocolVersion :UInt16 = 1;
+
+# How a fragment's values are stored in `payload` (see libdiloco/include/diloco/codec.hpp).
+enum Encoding {
+  fp32 @0;   # 4 bytes per value, little-endian IEEE binary32
+  bf16 @1;   # 2 bytes per value, upper half of binary32, round to nearest even
+  int8 @2;   # 1 byte per value, two's complement, value = q * scale[block]
+  int4 @3;   # 4 bits per value (low nibble first), q in [-7, 7], value = q * scale[block]
+  e3m0 @4;   # 4-bit float, 1 sign + 3 exponent bits (Streaming DiLoCo, arXiv 2501.18512)
+}
+
+enum FragmentKind {
+  outerGradient @0;  # island -> syncer: delta = global - local, based on `baseRound`
+  globalParams @1;   # syncer -> island: the global fragment as of round `baseRound`
+}
+
+struct Fragment {
+  kind @0 :FragmentKind;
+  island @1 :Int32;          # sender island; -1 for the syncer
+  index @2 :UInt32;          # fragment number in the run's FragmentPlan
+  baseRound @3 :UInt64;      # global round the delta is based on / round of these params
+  tokens @4 :UInt64;         # tokens trained on since baseRound
+  steps @5 :UInt64;          # inner steps since baseRound
+  encoding @6 :Encoding;
+  blockSize @7 :UInt32;      # values per scale (int8, int4, e3m0); 0 for fp32/bf16
+  count @8 :UInt64;          # number of values in the fragment
+  scales @9 :List(Float32);  # one per block of `blockSize` values
+  payload @10 :Data;
+}
+
+struct FragmentCounters {
+  index @0 :UInt32;
+  baseRound @1 :UInt64;
+  tokens @2 :UInt64;
+  steps @3 :UInt64;
+}
+
+# Sent by an island every inner step (Decoupled DiLoCo, arXiv 2604.21428).
+struct Progress {
+  island @0 :Int32;
+  localStep @1 :UInt64;
+  fragments @2 :List(FragmentCounters);
+}
+
+# A (re)started island asks for the current global fragments (heal).
+struct JoinRequest {
+  island @0 :Int32;
+  incarnation @1 :UInt64;    # bumps on every restart of the island
+}
+
+# The syncer's answer: every global fragment with its round (kind = globalParams).
+struct JoinReply {
+  fragments @0 :List(Fragment);
+}
+
+struct Heartbeat {
+  sender @0 :Int32;          # island id, or -1 for the syncer
+  sequence @1 :UInt64;
+  sentAtNanos @2 :UInt64;    # sender's clock, passed in by the caller
+}
+
+struct Envelope {
+  version @0 :UInt16;
+  union {
+    fragment @1 :Fragment;
+    progress @2 :Progress;
+    joinRequest @3 :JoinRequest;
+    joinReply @4 :JoinReply;
+    heartbeat @5 :Heartbeat;
+  }
+}

@@ -1,0 +1,120 @@
+// Writes the seed corpus of every decoder fuzz target: valid messages of each type and encoding,
+// plus a few malformed ones. Usage: make_fuzz_corpus tests/fuzz/corpus
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "diloco/checkpoint.hpp"
+#include "fuzz_targets.hpp"
+
+using namespace diloco;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path root;
+
+void put(const std::string& target, const std::string& name, const void* data, std::size_t n) {
+  fs::create_directories(root / target);
+  std::ofstream f(root / target / name, std::ios::binary | std::ios::trunc);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+}
+void put(const std::string& target, const std::string& name, const std::vector<std::byte>& b) {
+  put(target, name, b.data(), b.size());
+}
+
+std::vector<float> values(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, 1e-2f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(g);
+  return x;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+    return 2;
+  }
+  root = argv[1];
+  const Encoding encs[] = {Encoding::fp32, Encoding::bf16, Encoding::int8, Encoding::int4, Encoding::e3m0};
+
+  // fragment_inbox and wire_message: valid fragments for the fuzz context, each encoding.
+  const WireContext ctx = fuzz::inbox_context();
+  for (auto enc : encs) {
+    for (std::uint32_t p = 0; p < 2; ++p) {
+      FragmentHeader h{FragmentKind::outer_gradient, static_cast<int>(p + 1), p, ctx.rounds[p], 1024, 4};
+      auto f = encode_fragment(h, CodecParams{enc, 16}, values(ctx.fragment_sizes[p], p));
+      const std::string name = std::string(to_string(enc)) + "_fragment" + std::to_string(p);
+      put("fragment_inbox", name, *f);
+      put("wire_message", name, *f);
+    }
+  }
+  {
+    FragmentHeader h{FragmentKind::outer_gradient, 0, 0, 5, 1024, 4};
+    auto f = *encode_fragment(h, CodecParams{Encoding::int4, 16}, values(64, 9));
+    put("fragment_inbox", "truncated", std::vector<std::byte>(f.begin(), f.begin() + 40));
+    h.base_round = 9;
+    put("fragment_inbox", "future_round", *encode_fragment(h, CodecParams{Encoding::int4, 16}, values(64, 9)));
+  }
+  // wire_message: the other message types.
+  auto enc = *encode(CodecParams{Encoding::e3m0, 8}, values(24, 3));
+  FragmentMessage gm{FragmentHeader{FragmentKind::global_params, syncer_id, 1, 7, 0, 0}, enc};
+  put("wire_message", "progress", encode_message(ProgressMessage{2, 99, {{0, 5, 640, 5}, {1, 2, 128, 1}}}));
+  put("wire_message", "join_request", encode_message(JoinRequest{3, 2}));
+  put("wire_message", "join_reply", encode_message(JoinReply{{gm, gm}}));
+  put("wire_message", "heartbeat", encode_message(Heartbeat{-1, 17, 123456789}));
+
+  // codec: [encoding][block u32][count u16][scales][payload]
+  for (auto e : encs) {
+    const CodecParams p{e, 16};
+    const auto x = values(40, 5);
+    auto c = *encode(p, x);
+    std::vector<std::byte> b(7);
+    b[0] = static_cast<std::byte>(e);
+    const std::uint32_t block = has_scales(e) ? 16u : 0u;
+    const std::uint16_t n = 40;
+    std::memcpy(b.data() + 1, &block, 4);
+    std::memcpy(b.data() + 5, &n, 2);
+    const auto* s = reinterpret_cast<const std::byte*>(c.scales.data());
+    b.insert(b.end(), s, s + 4 * c.scales.size());
+    const auto* pl = reinterpret_cast<const std::byte*>(c.payload.data());
+    b.insert(b.end(), pl, pl + c.payload.size());
+    put("codec", std::string(to_string(e)), b);
+  }
+
+  // checkpoint: a tiny run's checkpoint with and without an island, and a truncated one.
+  fuzz::TinyRun run;
+  const auto& layout = run.model->layout();
+  Checkpoint cp;
+  cp.params.resize(layout.size());
+  run.model->init(cp.params, 1);
+  for (int p = 0; p < run.plan.count(); ++p) {
+    cp.momentum.push_back(values(run.plan.size(p), 10 + p));
+    cp.rounds.push_back(3 + p);
+  }
+  cp.metadata["note"] = "fuzz seed";
+  const std::string tmp = (root / "checkpoint.tmp.safetensors").string();
+  if (!save_checkpoint(tmp, layout, run.plan, cp)) return 1;
+  auto bytes = *read_file(tmp);
+  put("checkpoint", "global_only", bytes);
+  put("checkpoint", "truncated", std::vector<std::byte>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(bytes.size() / 2)));
+  IslandState is;
+  is.island = 1;
+  is.params = cp.params;
+  is.adam_steps = 12;
+  is.adam_m = values(layout.size(), 20);
+  is.adam_v.assign(layout.size(), 1e-6f);
+  cp.islands.push_back(is);
+  if (!save_checkpoint(tmp, layout, run.plan, cp)) return 1;
+  put("checkpoint", "with_island", *read_file(tmp));
+  fs::remove(tmp);
+  std::printf("corpus written under %s\n", root.c_str());
+  return 0;
+}

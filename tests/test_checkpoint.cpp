@@ -1,0 +1,330 @@
+// Checkpoints: bit-identical restore, a crash at any stage of a save leaves the previous checkpoint
+// intact, corrupt or foreign files are refused with their reason, islands are optional.
+#define BOOST_TEST_MODULE checkpoint
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "diloco/checkpoint.hpp"
+#include "diloco/model.hpp"
+#include "diloco/optim.hpp"
+
+namespace diloco {  // printable in Boost.Test messages
+inline std::ostream& operator<<(std::ostream& o, errc e) { return o << to_string(e); }
+}  // namespace diloco
+
+using namespace diloco;
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelConfig tiny_gpt(int layers = 2) {
+  ModelConfig c;
+  c.n_layer = layers;
+  c.n_embd = 16;
+  c.n_head = 2;
+  c.seq_len = 8;
+  return c;
+}
+
+struct Run {
+  std::unique_ptr<Model> model;
+  FragmentPlan plan;
+  explicit Run(ModelConfig cfg = tiny_gpt(), int P = 3)
+      : model(make_model(cfg)), plan(FragmentPlan::strided(model->layout(), P)) {}
+  const ParamLayout& layout() const { return model->layout(); }
+};
+
+std::vector<float> noise(std::size_t n, std::uint64_t seed, bool positive = false) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, 0.1f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = positive ? std::fabs(d(g)) : d(g);
+  return x;
+}
+
+// A syncer state after some rounds, plus `islands` islands with real AdamW state.
+Checkpoint make_state(const Run& r, int islands, std::uint64_t seed) {
+  Checkpoint cp;
+  cp.params.resize(r.layout().size());
+  r.model->init(cp.params, seed);
+  for (int p = 0; p < r.plan.count(); ++p) {
+    cp.momentum.push_back(noise(r.plan.size(p), seed + 10 + p));
+    cp.rounds.push_back(seed * 100 + static_cast<std::uint64_t>(p));
+  }
+  for (int i = 0; i < islands; ++i) {
+    AdamW opt(r.layout(), AdamWConfig{});
+    opt.restore(5 + i, noise(r.layout().size(), seed + 50 + i), noise(r.layout().size(), seed + 70 + i, true));
+    IslandState is;
+    is.island = i;
+    is.params = noise(r.layout().size(), seed + 30 + i);
+    is.adam_steps = opt.steps_taken();
+    is.adam_m.assign(opt.m().begin(), opt.m().end());
+    is.adam_v.assign(opt.v().begin(), opt.v().end());
+    cp.islands.push_back(std::move(is));
+  }
+  cp.metadata["config"] = "train.H = 50";
+  cp.metadata["step"] = std::to_string(seed);
+  return cp;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+}
+
+void check_identical(const Checkpoint& a, const Checkpoint& b, bool islands = true) {
+  BOOST_TEST(same_bits(a.params, b.params));
+  BOOST_TEST_REQUIRE(a.momentum.size() == b.momentum.size());
+  for (std::size_t p = 0; p < a.momentum.size(); ++p) BOOST_TEST(same_bits(a.momentum[p], b.momentum[p]));
+  BOOST_TEST(a.rounds == b.rounds);
+  BOOST_TEST(a.metadata == b.metadata);
+  if (!islands) return;
+  BOOST_TEST_REQUIRE(a.islands.size() == b.islands.size());
+  for (std::size_t i = 0; i < a.islands.size(); ++i) {
+    BOOST_TEST(a.islands[i].island == b.islands[i].island);
+    BOOST_TEST(a.islands[i].adam_steps == b.islands[i].adam_steps);
+    BOOST_TEST(same_bits(a.islands[i].params, b.islands[i].params));
+    BOOST_TEST(same_bits(a.islands[i].adam_m, b.islands[i].adam_m));
+    BOOST_TEST(same_bits(a.islands[i].adam_v, b.islands[i].adam_v));
+  }
+}
+
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    char tmpl[] = "/tmp/diloco_ckpt_XXXXXX";
+    dir = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(dir); }
+  std::string file(const char* name) const { return (dir / name).string(); }
+};
+
+std::vector<std::byte> bytes_of(const std::string& path) {
+  auto b = read_file(path);
+  BOOST_TEST_REQUIRE(b.has_value());
+  return *b;
+}
+
+void write_bytes(const std::string& path, const std::vector<std::byte>& b) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(restore_is_bit_identical_including_island_adamw_state) {
+  Run r;
+  TempDir t;
+  const Checkpoint cp = make_state(r, 2, 1);
+  BOOST_TEST_REQUIRE(save_checkpoint(t.file("a.safetensors"), r.layout(), r.plan, cp).has_value());
+  auto back = load_checkpoint(t.file("a.safetensors"), r.layout(), r.plan);
+  BOOST_TEST_REQUIRE(back.has_value());
+  check_identical(cp, *back);
+  // The restored state drives the real optimizers.
+  AdamW opt(r.layout(), AdamWConfig{});
+  const auto& is = back->islands[1];
+  opt.restore(is.adam_steps, is.adam_m, is.adam_v);
+  BOOST_TEST(opt.steps_taken() == cp.islands[1].adam_steps);
+  BOOST_TEST(std::memcmp(opt.m().data(), cp.islands[1].adam_m.data(), 4 * r.layout().size()) == 0);
+  BOOST_TEST(std::memcmp(opt.v().data(), cp.islands[1].adam_v.data(), 4 * r.layout().size()) == 0);
+  OuterOptimizer outer(r.plan.size(0), OuterConfig{});
+  std::copy(back->momentum[0].begin(), back->momentum[0].end(), outer.momentum().begin());
+  BOOST_TEST(std::memcmp(outer.momentum().data(), cp.momentum[0].data(), 4 * r.plan.size(0)) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_crash_at_any_stage_of_a_save_leaves_the_previous_checkpoint_intact) {
+  Run r;
+  TempDir t;
+  const std::string path = t.file("ckpt.safetensors");
+  const Checkpoint old_state = make_state(r, 1, 1);
+  const Checkpoint new_state = make_state(r, 1, 2);
+  for (const char* stage : {"temp_opened", "half_written", "written", "synced", "renamed"}) {
+    BOOST_TEST_REQUIRE(save_checkpoint(path, r.layout(), r.plan, old_state).has_value());
+    const pid_t pid = ::fork();
+    BOOST_TEST_REQUIRE(pid >= 0);
+    if (pid == 0) {  // the child saves and dies abruptly at `stage`, like kill -9
+      (void)save_checkpoint(path, r.layout(), r.plan, new_state, [&](std::string_view s) {
+        if (s == stage) ::_exit(42);
+      });
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    BOOST_TEST_CONTEXT("crash at " << stage) {
+      BOOST_TEST_REQUIRE(WIFEXITED(status));
+      BOOST_TEST(WEXITSTATUS(status) == 42);
+      auto back = load_checkpoint(path, r.layout(), r.plan);
+      BOOST_TEST_REQUIRE(back.has_value());
+      // Before the rename the old checkpoint is whole; from the rename on, the new one is.
+      check_identical(std::string_view(stage) == "renamed" ? new_state : old_state, *back);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_leftover_temp_file_from_a_crash_does_not_block_the_next_save) {
+  Run r;
+  TempDir t;
+  const std::string path = t.file("c.safetensors");
+  write_bytes(path + ".tmp", std::vector<std::byte>(100, std::byte{0x55}));
+  const Checkpoint cp = make_state(r, 0, 3);
+  BOOST_TEST_REQUIRE(save_checkpoint(path, r.layout(), r.plan, cp).has_value());
+  BOOST_TEST(!fs::exists(path + ".tmp"));
+  check_identical(cp, *load_checkpoint(path, r.layout(), r.plan));
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_loads_into_a_run_with_a_different_island_count) {
+  Run r;
+  TempDir t;
+  const std::string path = t.file("i.safetensors");
+  const Checkpoint cp = make_state(r, 3, 4);
+  BOOST_TEST_REQUIRE(save_checkpoint(path, r.layout(), r.plan, cp).has_value());
+  // Global state only: a run of any size starts every island from the global parameters.
+  auto global = load_checkpoint(path, r.layout(), r.plan, LoadOptions{.islands = false});
+  BOOST_TEST_REQUIRE(global.has_value());
+  BOOST_TEST(global->islands.empty());
+  check_identical(cp, *global, /*islands=*/false);
+  // A run with 5 islands takes the 3 saved island states; islands 3 and 4 start fresh.
+  auto all = load_checkpoint(path, r.layout(), r.plan);
+  BOOST_TEST_REQUIRE(all.has_value());
+  const int run_islands = 5;
+  int restored = 0;
+  for (int i = 0; i < run_islands; ++i)
+    for (const auto& is : all->islands) restored += is.island == i;
+  BOOST_TEST(restored == 3);
+  // A checkpoint without islands loads too.
+  Checkpoint bare = make_state(r, 0, 5);
+  BOOST_TEST_REQUIRE(save_checkpoint(path, r.layout(), r.plan, bare).has_value());
+  BOOST_TEST(load_checkpoint(path, r.layout(), r.plan)->islands.empty());
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_state_never_replaces_a_good_checkpoint) {
+  Run r;
+  TempDir t;
+  const std::string path = t.file("n.safetensors");
+  const Checkpoint good = make_state(r, 1, 6);
+  BOOST_TEST_REQUIRE(save_checkpoint(path, r.layout(), r.plan, good).has_value());
+  Checkpoint bad = make_state(r, 1, 7);
+  bad.momentum[1][3] = std::numeric_limits<float>::quiet_NaN();
+  auto st = save_checkpoint(path, r.layout(), r.plan, bad);
+  BOOST_TEST_REQUIRE(!st.has_value());
+  BOOST_TEST((st.error().code == errc::non_finite));
+  BOOST_TEST(st.error().reason.find("momentum of fragment 1") != std::string::npos);
+  check_identical(good, *load_checkpoint(path, r.layout(), r.plan));
+  // State of the wrong shape is refused too.
+  Checkpoint wrong = good;
+  wrong.params.pop_back();
+  auto st2 = save_checkpoint(path, r.layout(), r.plan, wrong);
+  BOOST_TEST_REQUIRE(!st2.has_value());
+  BOOST_TEST((st2.error().code == errc::checkpoint_mismatch));
+}
+
+BOOST_AUTO_TEST_CASE(corrupt_or_foreign_checkpoints_are_refused_with_their_reason) {
+  Run r;
+  TempDir t;
+  const std::string path = t.file("x.safetensors");
+  const Checkpoint cp = make_state(r, 1, 8);
+  BOOST_TEST_REQUIRE(save_checkpoint(path, r.layout(), r.plan, cp).has_value());
+  const auto good = bytes_of(path);
+  auto sf = read_safetensors(good);
+  BOOST_TEST_REQUIRE(sf.has_value());
+  std::uint64_t hlen;
+  std::memcpy(&hlen, good.data(), 8);
+
+  struct Row {
+    std::string name;
+    std::vector<std::byte> file;
+    errc code;
+    std::string reason_has;
+  };
+  std::vector<Row> rows;
+  rows.push_back({"empty_file", {}, errc::corrupt_checkpoint, "shorter than the 8-byte header length"});
+  rows.push_back({"truncated_data", {good.begin(), good.end() - 100}, errc::corrupt_checkpoint, "outside"});
+  rows.push_back({"truncated_header", {good.begin(), good.begin() + 40}, errc::truncated, "header of"});
+  {
+    auto f = good;
+    const std::uint64_t huge = std::uint64_t{1} << 40;
+    std::memcpy(f.data(), &huge, 8);
+    rows.push_back({"absurd_header_length", f, errc::corrupt_checkpoint, "exceeds"});
+  }
+  {
+    auto f = good;
+    f[8] = std::byte{'['};
+    rows.push_back({"header_not_json_object", f, errc::corrupt_checkpoint, "not a JSON object"});
+  }
+  {
+    auto f = good;
+    const std::string h(reinterpret_cast<const char*>(f.data() + 8), hlen);
+    const auto at = h.find("\"diloco.version\":\"1\"");
+    BOOST_TEST_REQUIRE(at != std::string::npos);
+    f[8 + at + std::strlen("\"diloco.version\":\"")] = std::byte{'2'};
+    rows.push_back({"future_format_version", f, errc::unsupported_version, "format version '2'"});
+  }
+  {
+    auto f = good;
+    const std::uint32_t nan = 0x7fc00000u;
+    std::memcpy(f.data() + sf->data_offset + 4 * 5, &nan, 4);  // inside the first tensor, whichever it is
+    rows.push_back({"nan_in_the_weights", f, errc::non_finite, "NaN"});
+  }
+  for (const auto& row : rows) {
+    auto back = parse_checkpoint(row.file, r.layout(), r.plan);
+    BOOST_TEST_CONTEXT(row.name) {
+      BOOST_TEST_REQUIRE(!back.has_value());
+      BOOST_TEST(to_string(back.error().code) == to_string(row.code));
+      BOOST_TEST(back.error().reason.find(row.reason_has) != std::string::npos, "reason: " << back.error().reason);
+    }
+  }
+  // A valid checkpoint of another model or another fragment plan.
+  Run bigger(tiny_gpt(3), 3);
+  auto other_model = load_checkpoint(path, bigger.layout(), bigger.plan);
+  BOOST_TEST_REQUIRE(!other_model.has_value());
+  BOOST_TEST((other_model.error().code == errc::checkpoint_mismatch));
+  Run other_plan(tiny_gpt(), 2);
+  auto p2 = load_checkpoint(path, other_plan.layout(), other_plan.plan);
+  BOOST_TEST_REQUIRE(!p2.has_value());
+  BOOST_TEST((p2.error().code == errc::checkpoint_mismatch));
+  BOOST_TEST(p2.error().reason.find("3 fragments, the run's plan has 2") != std::string::npos);
+  // A missing file names the path.
+  auto missing = load_checkpoint(t.file("nope"), r.layout(), r.plan);
+  BOOST_TEST_REQUIRE(!missing.has_value());
+  BOOST_TEST((missing.error().code == errc::io_error));
+  BOOST_TEST(missing.error().reason.find("nope") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(the_file_is_safetensors_that_other_tools_can_read) {
+  Run r;
+  TempDir t;
+  const std::string path = t.file("s.safetensors");
+  BOOST_TEST_REQUIRE(save_checkpoint(path, r.layout(), r.plan, make_state(r, 1, 9)).has_value());
+  const auto b = bytes_of(path);
+  auto sf = read_safetensors(b);
+  BOOST_TEST_REQUIRE(sf.has_value());
+  BOOST_TEST(sf->data_offset % 8 == 0u);
+  // The model's tensors appear under their own names with their shapes.
+  const auto& first = r.layout()[0];
+  bool found = false;
+  for (const auto& ti : sf->tensors)
+    if (ti.name == first.name) {
+      found = true;
+      BOOST_TEST(ti.dtype == "F32");
+      BOOST_TEST(ti.shape == std::vector<std::uint64_t>(first.shape.begin(), first.shape.end()));
+    }
+  BOOST_TEST(found);
+  BOOST_TEST(sf->metadata.at("diloco.format") == "diloco-checkpoint");
+  // Debian's python reads the header with nothing but the json module.
+  if (fs::exists("/usr/bin/python3")) {
+    const std::string cmd =
+        "/usr/bin/python3 -c \"import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q', f.read(8))[0]; "
+        "h=json.loads(f.read(n)); assert h['__metadata__']['diloco.format']=='diloco-checkpoint'; "
+        "assert h[sys.argv[2]]['dtype']=='F32'\" " + path + " " + first.name;
+    BOOST_TEST(std::system(cmd.c_str()) == 0);
+  }
+}

@@ -1,0 +1,418 @@
+// Wire protocol: every message round-trips; a table of malformed frames is rejected, each with
+// its reason and counted, and nothing from a rejected frame reaches a parameter.
+#define BOOST_TEST_MODULE wire
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include "diloco.capnp.h"  // tests build hostile frames field by field
+#include "diloco/optim.hpp"
+#include "diloco/wire.hpp"
+
+namespace diloco {  // printable in Boost.Test messages
+inline std::ostream& operator<<(std::ostream& o, errc e) { return o << to_string(e); }
+inline std::ostream& operator<<(std::ostream& o, Encoding e) { return o << to_string(e); }
+}  // namespace diloco
+
+using namespace diloco;
+namespace schema = diloco::wire::schema;
+
+namespace {
+
+constexpr std::size_t kN = 1000;  // size of fragment 0 (fragment 1 has 500)
+
+std::vector<float> gaussian(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, 1e-3f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(g);
+  return x;
+}
+
+WireContext syncer_context() {
+  WireContext c;
+  c.fragment_sizes = {kN, 500};
+  c.rounds = {10, 3};
+  c.islands = 4;
+  c.accept = FragmentKind::outer_gradient;
+  c.max_staleness = 4;
+  return c;
+}
+
+FragmentHeader good_header() {
+  FragmentHeader h;
+  h.kind = FragmentKind::outer_gradient;
+  h.island = 2;
+  h.index = 0;
+  h.base_round = 9;
+  h.tokens = 4096;
+  h.steps = 8;
+  return h;
+}
+
+Frame good_frame(Encoding enc = Encoding::fp32, FragmentHeader h = good_header(), std::size_t n = kN) {
+  auto f = encode_fragment(h, CodecParams{enc, 64}, gaussian(n, 1));
+  BOOST_TEST_REQUIRE(f.has_value());
+  return *f;
+}
+
+Frame to_frame(capnp::MessageBuilder& b) {
+  auto flat = capnp::messageToFlatArray(b);
+  auto bytes = flat.asBytes();
+  return Frame(reinterpret_cast<const std::byte*>(bytes.begin()), reinterpret_cast<const std::byte*>(bytes.end()));
+}
+
+// A fragment built field by field, then changed by `edit` before serialisation.
+Frame crafted(const std::function<void(schema::Envelope::Builder, schema::Fragment::Builder)>& edit,
+              Encoding enc = Encoding::fp32, std::size_t payload_trim = 0) {
+  auto e = encode(CodecParams{enc, 64}, gaussian(kN, 1));
+  BOOST_TEST_REQUIRE(e.has_value());
+  capnp::MallocMessageBuilder b;
+  auto env = b.initRoot<schema::Envelope>();
+  env.setVersion(protocol_version);
+  auto f = env.initFragment();
+  const auto h = good_header();
+  f.setKind(schema::FragmentKind::OUTER_GRADIENT);
+  f.setIsland(h.island);
+  f.setIndex(h.index);
+  f.setBaseRound(h.base_round);
+  f.setTokens(h.tokens);
+  f.setSteps(h.steps);
+  f.setEncoding(static_cast<schema::Encoding>(enc));
+  f.setBlockSize(has_scales(enc) ? 64 : 0);
+  f.setCount(kN);
+  auto sl = f.initScales(static_cast<unsigned>(e->scales.size()));
+  for (unsigned i = 0; i < e->scales.size(); ++i) sl.set(i, e->scales[i]);
+  f.setPayload(kj::arrayPtr(reinterpret_cast<const kj::byte*>(e->payload.data()), e->payload.size() - payload_trim));
+  edit(env, f);
+  return to_frame(b);
+}
+
+void set_payload_value(schema::Fragment::Builder f, std::size_t byte_offset, const void* bits, std::size_t n) {
+  auto p = f.getPayload();
+  std::memcpy(p.begin() + byte_offset, bits, n);
+}
+
+struct BadFrame {
+  std::string name;
+  Frame frame;
+  errc code;
+  std::string reason_has;  // a piece of the reason that names the problem
+};
+
+std::vector<BadFrame> malformed_table() {
+  std::vector<BadFrame> t;
+  const Frame good = good_frame();
+  auto cut = [&](std::size_t n) { return Frame(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)); };
+  t.push_back({"empty", {}, errc::truncated, "shorter than a segment table"});
+  t.push_back({"five_bytes", cut(5), errc::truncated, "shorter than a segment table"});
+  t.push_back({"cut_in_half", cut(good.size() / 2 / 8 * 8), errc::truncated, "segment table announces"});
+  t.push_back({"not_whole_words", cut(good.size() - 3), errc::truncated, "whole number of 8-byte words"});
+  {
+    Frame f = good;
+    f.resize(f.size() + 8);
+    t.push_back({"trailing_bytes", f, errc::malformed, "after its last segment"});
+  }
+  {
+    Frame f(64, std::byte{0xA5});
+    const std::uint32_t table[2] = {0, 7};
+    std::memcpy(f.data(), table, 8);
+    t.push_back({"garbage_body", f, errc::malformed, "not a valid message"});
+  }
+  {
+    Frame f = good;
+    const std::uint32_t nseg = 0xffffffffu;
+    std::memcpy(f.data(), &nseg, 4);
+    t.push_back({"absurd_segment_count", f, errc::malformed, "segments"});
+  }
+  {
+    FragmentHeader h = good_header();
+    t.push_back({"oversized_for_the_type", good_frame(Encoding::fp32, h, 4 * kN), errc::frame_too_large, "limit"});
+  }
+  t.push_back({"wrong_version", crafted([](auto env, auto) { env.setVersion(2); }), errc::unsupported_version,
+               "protocol version 2"});
+  t.push_back({"heartbeat_instead_of_fragment", encode_message(Heartbeat{1, 2, 3}), errc::unexpected_message,
+               "a heartbeat message where fragments are expected"});
+  t.push_back({"global_params_at_the_syncer", crafted([](auto, auto f) {
+                 f.setKind(schema::FragmentKind::GLOBAL_PARAMS);
+               }),
+               errc::unexpected_message, "global_params"});
+  t.push_back({"unknown_encoding", crafted([](auto, auto f) { f.setEncoding(static_cast<schema::Encoding>(9)); }),
+               errc::unknown_encoding, "encoding id 9"});
+  t.push_back({"zero_block_size", crafted([](auto, auto f) { f.setBlockSize(0); }, Encoding::int4),
+               errc::bad_block_size, "block size 0"});
+  t.push_back({"block_size_on_fp32", crafted([](auto, auto f) { f.setBlockSize(64); }), errc::bad_block_size,
+               "has no scales"});
+  t.push_back({"count_not_the_fragment_size", crafted([](auto, auto f) { f.setCount(kN - 1); }),
+               errc::wrong_length, "carries 999 values, it has 1000"});
+  t.push_back({"payload_one_byte_short", crafted([](auto, auto) {}, Encoding::fp32, 1), errc::wrong_length, "payload has 3999 bytes"});
+  t.push_back({"missing_scales", crafted([](auto, auto f) { f.initScales(3); }, Encoding::int8), errc::wrong_length,
+               "has 3 scales"});
+  t.push_back({"nan_value_fp32", crafted([](auto, auto f) {
+                 const std::uint32_t nan = 0x7fc00001u;
+                 set_payload_value(f, 4 * 777, &nan, 4);
+               }),
+               errc::non_finite, "NaN or infinity"});
+  t.push_back({"inf_value_bf16", crafted([](auto, auto f) {
+                 const std::uint16_t inf = 0xff80u;
+                 set_payload_value(f, 2 * 5, &inf, 2);
+               }, Encoding::bf16),
+               errc::non_finite, "NaN or infinity"});
+  t.push_back({"nan_scale_int8", crafted([](auto, auto f) {
+                 f.getScales().set(2, std::numeric_limits<float>::quiet_NaN());
+               }, Encoding::int8),
+               errc::non_finite, "scale 2"});
+  t.push_back({"overflowing_scale_e3m0", crafted([](auto, auto f) {
+                 f.getScales().set(0, std::numeric_limits<float>::infinity());
+               }, Encoding::e3m0),
+               errc::non_finite, "scale 0"});
+  t.push_back({"unknown_fragment", crafted([](auto, auto f) { f.setIndex(7); }), errc::unknown_fragment,
+               "fragment 7 does not exist"});
+  t.push_back({"unknown_sender", crafted([](auto, auto f) { f.setIsland(9); }), errc::unknown_sender, "sender 9"});
+  t.push_back({"negative_sender", crafted([](auto, auto f) { f.setIsland(-5); }), errc::unknown_sender, "sender -5"});
+  t.push_back({"future_round", crafted([](auto, auto f) { f.setBaseRound(11); }), errc::future_round,
+               "based on round 11, the current round is 10"});
+  t.push_back({"too_stale", crafted([](auto, auto f) { f.setBaseRound(5); }), errc::stale_round, "5 rounds behind"});
+  t.push_back({"zero_steps", crafted([](auto, auto f) { f.setSteps(0); }), errc::bad_counters, "0 steps"});
+  return t;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(fragment_frames_round_trip_in_every_encoding) {
+  const auto x = gaussian(kN, 1);
+  for (auto enc : {Encoding::fp32, Encoding::bf16, Encoding::int8, Encoding::int4, Encoding::e3m0}) {
+    FragmentInbox inbox(syncer_context());
+    auto frame = encode_fragment(good_header(), CodecParams{enc, 64}, x);
+    BOOST_TEST_REQUIRE(frame.has_value());
+    std::vector<float> out(kN);
+    auto r = inbox.receive(*frame, out);
+    BOOST_TEST_CONTEXT(to_string(enc)) {
+      BOOST_TEST_REQUIRE(r.has_value());
+      BOOST_TEST(r->header.island == 2);
+      BOOST_TEST(r->header.base_round == 9u);
+      BOOST_TEST(r->header.tokens == 4096u);
+      BOOST_TEST(r->header.steps == 8u);
+      BOOST_TEST(r->count == kN);
+      BOOST_TEST((r->params.encoding == enc));
+      BOOST_TEST(r->frame_bytes == frame->size());
+      // The wire adds nothing to the codec's own error.
+      auto direct = encode(CodecParams{enc, 64}, x);
+      std::vector<float> want(kN);
+      BOOST_TEST_REQUIRE(decode(*direct, std::span<float>(want)).has_value());
+      BOOST_TEST(std::memcmp(want.data(), out.data(), 4 * kN) == 0);
+      BOOST_TEST(inbox.accepted() == 1u);
+      BOOST_TEST(inbox.rejected().total() == 0u);
+      // Decoding straight into double for the merge path gives the same values.
+      std::vector<double> outd(kN);
+      BOOST_TEST_REQUIRE(inbox.receive(*frame, outd).has_value());
+      for (std::size_t i = 0; i < kN; ++i) BOOST_TEST(outd[i] == static_cast<double>(out[i]));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
+  auto enc = encode(CodecParams{Encoding::int4, 32}, gaussian(100, 4));
+  BOOST_TEST_REQUIRE(enc.has_value());
+  FragmentMessage fm{FragmentHeader{FragmentKind::global_params, syncer_id, 1, 77, 0, 0}, *enc};
+  const std::vector<Message> msgs = {
+      Message(fm),
+      Message(ProgressMessage{3, 12345, {{0, 5, 100, 2}, {1, 6, 200, 4}}}),
+      Message(JoinRequest{2, 9}),
+      Message(JoinReply{{fm, fm}}),
+      Message(Heartbeat{-1, 42, 1'000'000'007}),
+  };
+  for (const auto& m : msgs) {
+    const Frame f = encode_message(m);
+    auto d = decode_message(f);
+    BOOST_TEST_CONTEXT(to_string(type_of(m))) {
+      BOOST_TEST_REQUIRE(d.has_value());
+      BOOST_TEST((type_of(*d) == type_of(m)));
+    }
+  }
+  auto check_fragment_msg = [&](const FragmentMessage& got) {
+    BOOST_TEST((got.header.kind == FragmentKind::global_params));
+    BOOST_TEST(got.header.island == syncer_id);
+    BOOST_TEST(got.header.index == 1u);
+    BOOST_TEST(got.header.base_round == 77u);
+    BOOST_TEST((got.data.params.encoding == Encoding::int4));
+    BOOST_TEST(got.data.params.block_size == 32u);
+    BOOST_TEST(got.data.count == 100u);
+    BOOST_TEST(got.data.scales == enc->scales);
+    BOOST_TEST(got.data.payload == enc->payload);
+  };
+  check_fragment_msg(std::get<FragmentMessage>(*decode_message(encode_message(msgs[0]))));
+  auto p = std::get<ProgressMessage>(*decode_message(encode_message(msgs[1])));
+  BOOST_TEST(p.island == 3);
+  BOOST_TEST(p.local_step == 12345u);
+  BOOST_TEST_REQUIRE(p.fragments.size() == 2u);
+  BOOST_TEST(p.fragments[1].index == 1u);
+  BOOST_TEST(p.fragments[1].base_round == 6u);
+  BOOST_TEST(p.fragments[1].tokens == 200u);
+  BOOST_TEST(p.fragments[1].steps == 4u);
+  auto j = std::get<JoinRequest>(*decode_message(encode_message(msgs[2])));
+  BOOST_TEST(j.island == 2);
+  BOOST_TEST(j.incarnation == 9u);
+  auto r = std::get<JoinReply>(*decode_message(encode_message(msgs[3])));
+  BOOST_TEST_REQUIRE(r.fragments.size() == 2u);
+  for (const auto& f : r.fragments) check_fragment_msg(f);
+  auto h = std::get<Heartbeat>(*decode_message(encode_message(msgs[4])));
+  BOOST_TEST(h.sender == -1);
+  BOOST_TEST(h.sequence == 42u);
+  BOOST_TEST(h.sent_at_ns == 1'000'000'007u);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_frames_are_rejected_with_their_reason_and_counted) {
+  FragmentInbox inbox(syncer_context());
+  const auto table = malformed_table();
+  RejectCounts want;
+  for (const auto& row : table) {
+    std::vector<float> out(kN, 123.0f);
+    auto r = inbox.receive(row.frame, out);
+    BOOST_TEST_CONTEXT(row.name) {
+      BOOST_TEST_REQUIRE(!r.has_value());
+      BOOST_TEST(to_string(r.error().code) == to_string(row.code));
+      BOOST_TEST(r.error().reason.find(row.reason_has) != std::string::npos, "reason: " << r.error().reason);
+      BOOST_TEST_MESSAGE(row.name << " -> " << r.error().message());
+      // Nothing decoded survives: the buffer is untouched or zeroed.
+      bool clean = true;
+      for (float v : out) clean = clean && (v == 123.0f || v == 0.0f);
+      BOOST_TEST(clean);
+    }
+    want.add(row.code);
+  }
+  BOOST_TEST(inbox.accepted() == 0u);
+  BOOST_TEST(inbox.rejected().total() == table.size());
+  for (std::size_t c = 0; c < errc_count; ++c) BOOST_TEST(inbox.rejected().by_code[c] == want.by_code[c]);
+}
+
+BOOST_AUTO_TEST_CASE(nothing_in_a_rejected_fragment_reaches_the_global_parameters) {
+  // A syncer loop in miniature: receive into a scratch buffer, step the outer optimizer only on success.
+  FragmentInbox inbox(syncer_context());
+  std::vector<float> theta = gaussian(kN, 2);
+  const std::vector<float> before = theta;
+  OuterOptimizer outer(kN, OuterConfig{});
+  std::vector<double> delta(kN);
+  for (const auto& row : malformed_table()) {
+    if (inbox.receive(row.frame, delta)) outer.step(theta, delta);
+  }
+  BOOST_TEST(std::memcmp(theta.data(), before.data(), 4 * kN) == 0);
+  BOOST_TEST(inbox.accepted() == 0u);
+  // And a good frame does get through.
+  auto ok = inbox.receive(good_frame(), delta);
+  BOOST_TEST_REQUIRE(ok.has_value());
+  outer.step(theta, delta);
+  BOOST_TEST(std::memcmp(theta.data(), before.data(), 4 * kN) != 0);
+}
+
+BOOST_AUTO_TEST_CASE(decode_message_rejects_structural_problems_without_any_run_state) {
+  struct Row {
+    const char* name;
+    Frame frame;
+    errc code;
+  };
+  const Frame good = good_frame();
+  std::vector<Row> rows = {
+      {"truncated", Frame(good.begin(), good.begin() + 64), errc::truncated},
+      {"wrong_version", crafted([](auto env, auto) { env.setVersion(0); }), errc::unsupported_version},
+      {"nan_value", crafted([](auto, auto f) {
+         const std::uint32_t nan = 0x7f800001u;
+         set_payload_value(f, 0, &nan, 4);
+       }),
+       errc::non_finite},
+      {"unknown_encoding", crafted([](auto, auto f) { f.setEncoding(static_cast<schema::Encoding>(5)); }),
+       errc::unknown_encoding},
+  };
+  WireLimits small;
+  small.max_fragment_values = 100;
+  rows.push_back({"oversized_for_limits", good, errc::frame_too_large});
+  for (const auto& r : rows) {
+    auto d = decode_message(r.frame, std::string(r.name) == "oversized_for_limits" ? small : WireLimits{});
+    BOOST_TEST_CONTEXT(r.name) {
+      BOOST_TEST_REQUIRE(!d.has_value());
+      BOOST_TEST(to_string(d.error().code) == to_string(r.code));
+    }
+  }
+  // Structure is fine, state is not judged: an unknown fragment index decodes.
+  BOOST_TEST(decode_message(crafted([](auto, auto f) { f.setIndex(99); })).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(progress_with_more_fragments_than_the_limit_is_refused) {
+  ProgressMessage p{1, 2, std::vector<FragmentCounters>(50)};
+  WireLimits l;
+  l.max_fragments = 10;
+  auto d = decode_message(encode_message(Message(p)), l);
+  BOOST_TEST_REQUIRE(!d.has_value());
+  BOOST_TEST((d.error().code == errc::frame_too_large || d.error().code == errc::wrong_length));
+}
+
+BOOST_AUTO_TEST_CASE(unaligned_frames_are_read_from_a_copy) {
+  const Frame f = good_frame(Encoding::int8);
+  std::vector<std::byte> shifted(f.size() + 1);
+  std::memcpy(shifted.data() + 1, f.data(), f.size());
+  FragmentInbox inbox(syncer_context());
+  std::vector<float> out(kN);
+  auto r = inbox.receive(std::span<const std::byte>(shifted).subspan(1), out);
+  BOOST_TEST_REQUIRE(r.has_value());
+  BOOST_TEST(r->count == kN);
+}
+
+BOOST_AUTO_TEST_CASE(islands_accept_newer_global_fragments_from_the_syncer_only) {
+  WireContext c = syncer_context();
+  c.accept = FragmentKind::global_params;
+  FragmentInbox inbox(c);
+  std::vector<float> out(kN);
+  FragmentHeader h{FragmentKind::global_params, syncer_id, 0, 11, 0, 0};
+  BOOST_TEST(inbox.receive(good_frame(Encoding::fp32, h), out).has_value());
+  h.base_round = 9;  // older than the island's round 10
+  auto stale = inbox.receive(good_frame(Encoding::fp32, h), out);
+  BOOST_TEST_REQUIRE(!stale.has_value());
+  BOOST_TEST((stale.error().code == errc::stale_round));
+  h.base_round = 12;
+  h.island = 1;  // an island posing as the syncer
+  auto spoof = inbox.receive(good_frame(Encoding::fp32, h), out);
+  BOOST_TEST_REQUIRE(!spoof.has_value());
+  BOOST_TEST((spoof.error().code == errc::unknown_sender));
+  inbox.set_round(0, 20);
+  h.island = syncer_id;
+  BOOST_TEST(!inbox.receive(good_frame(Encoding::fp32, h), out).has_value());
+  BOOST_TEST(inbox.rejected().total() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(framing_overhead_of_a_one_mebibyte_fragment_is_below_one_percent) {
+  const std::size_t n = (1u << 20) / 4;
+  const auto x = gaussian(n, 3);
+  for (auto enc : {Encoding::fp32, Encoding::bf16, Encoding::int8, Encoding::int4, Encoding::e3m0}) {
+    const CodecParams p{enc, 64};
+    auto f = encode_fragment(good_header(), p, x);
+    BOOST_TEST_REQUIRE(f.has_value());
+    const double codec_bytes = payload_bytes(enc, n) + 4.0 * scale_count(p, n);
+    const double overhead = (f->size() - codec_bytes) / codec_bytes;
+    BOOST_TEST_MESSAGE(to_string(enc) << ": frame " << f->size() << " bytes, codec " << codec_bytes << ", overhead "
+                                      << 100 * overhead << "%");
+    BOOST_TEST(overhead >= 0.0);
+    BOOST_TEST(overhead < 0.01);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(error_feedback_frames_carry_the_residual_to_the_next_send) {
+  const auto x = gaussian(kN, 8);
+  ErrorFeedbackEncoder ef(kN, CodecParams{Encoding::e3m0, 64});
+  FragmentInbox inbox(syncer_context());
+  std::vector<float> got(kN), sum(kN, 0.0f), truth(kN);
+  for (int k = 0; k < 20; ++k) {
+    auto f = encode_fragment(good_header(), ef, x);
+    BOOST_TEST_REQUIRE(f.has_value());
+    BOOST_TEST_REQUIRE(inbox.receive(*f, got).has_value());
+    for (std::size_t i = 0; i < kN; ++i) sum[i] += got[i];
+  }
+  for (std::size_t i = 0; i < kN; ++i) truth[i] = 20 * x[i];
+  BOOST_TEST(relative_l2_error(truth, sum) < 0.03);
+}
