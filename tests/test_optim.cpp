@@ -136,3 +136,22 @@ BOOST_AUTO_TEST_CASE(bad_optimizer_settings_name_the_key) {
   BOOST_REQUIRE(e.size() == 1u);
   BOOST_TEST(e.front().find("inner.beta2") == 0u);
 }
+
+BOOST_AUTO_TEST_CASE(restored_outer_optimizer_continues_identically) {
+  OuterConfig c;
+  c.kind = "delayed_nesterov";
+  c.delay = 3;
+  OuterOptimizer a(2, c);
+  std::vector<float> ta{1.0f, 2.0f};
+  std::vector<double> d{0.1, -0.2};
+  for (int i = 0; i < 4; ++i) a.step(ta, d);  // one momentum step, one contribution pending
+  OuterOptimizer b(2, c);
+  b.restore(a.steps_taken(), a.momentum(), a.pending_sum(), a.pending_count());
+  std::vector<float> tb = ta;
+  for (int i = 0; i < 2; ++i) {
+    a.step(ta, d);
+    b.step(tb, d);
+  }
+  BOOST_TEST(ta == tb, boost::test_tools::per_element());
+  BOOST_CHECK_THROW(b.restore(0, std::vector<float>(3)), std::invalid_argument);
+}

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <stdexcept>
 
 #include "diloco/fragments.hpp"
 
@@ -182,12 +183,17 @@ void run_fragments(const RunConfig& cfg, Model& model, const Corpus& corpus, Rec
 
 }  // namespace
 
-RunSummary run_reference(const RunConfig& cfg, const std::function<void(const RoundReport&)>& on_report) {
+RunSummary run_reference(const RunConfig& cfg, const std::function<void(const RoundReport&)>& on_report,
+                         std::span<const float> initial) {
   if (auto errs = validate(cfg); !errs.empty()) throw ConfigError(std::move(errs));
   const Corpus corpus = Corpus::make(cfg.data);
   auto model = make_model(cfg.model);
   std::vector<float> theta(model->layout().size());
-  model->init(theta, cfg.train.seed);
+  if (initial.empty()) model->init(theta, cfg.train.seed);
+  else if (initial.size() != theta.size())
+    throw std::invalid_argument("run_reference: initial parameters have " + std::to_string(initial.size()) +
+                                " values, the model has " + std::to_string(theta.size()));
+  else std::copy(initial.begin(), initial.end(), theta.begin());
   const auto eval = corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, cfg.train.eval_batches);
   RunSummary out;
   out.entropy_floor = corpus.entropy_floor();

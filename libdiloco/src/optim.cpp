@@ -108,6 +108,19 @@ void OuterOptimizer::step(std::span<float> theta, std::span<const double> d) {
   }
 }
 
+void OuterOptimizer::restore(long t, std::span<const float> momentum, std::span<const double> pending_sum,
+                             int pending_count) {
+  if (momentum.size() != m_.size()) throw std::invalid_argument("OuterOptimizer::restore: momentum size mismatch");
+  if (!pending_sum.empty() && pending_sum.size() != buf_.size())
+    throw std::invalid_argument("OuterOptimizer::restore: pending buffer size mismatch");
+  if (pending_count < 0 || pending_count >= cfg_.delay)
+    throw std::invalid_argument("OuterOptimizer::restore: pending count out of range");
+  t_ = t;
+  std::copy(momentum.begin(), momentum.end(), m_.begin());
+  if (!pending_sum.empty()) std::copy(pending_sum.begin(), pending_sum.end(), buf_.begin());
+  pending_ = pending_count;
+}
+
 std::vector<std::string> validate(const AdamWConfig& c) {
   std::vector<std::string> e;
   if (!(c.lr > 0.0f && std::isfinite(c.lr))) e.push_back("inner.lr: must be a positive number");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "diloco/config.hpp"
@@ -44,7 +45,9 @@ double allreduce_bytes_per_island(double payload, int M);
 ///    and the outer optimizer moves Θ, which every island adopts (arXiv 2311.08105).
 ///  - streaming: the same with P fragments, fragment p synced at its offset p·H/P, the merged
 ///    fragment adopted τ steps later as θ_i ← α·θ_i + (1−α)·Θ_p (arXiv 2501.18512).
-/// Bytes are counted as all-reduce equivalents of fp32 payloads.
-RunSummary run_reference(const RunConfig& cfg, const std::function<void(const RoundReport&)>& on_report = {});
+/// Bytes are counted as all-reduce equivalents of fp32 payloads. `initial` (optional) starts
+/// from given parameters instead of the seeded initialisation, e.g. a shared pretrained model.
+RunSummary run_reference(const RunConfig& cfg, const std::function<void(const RoundReport&)>& on_report = {},
+                         std::span<const float> initial = {});
 
 }  // namespace diloco

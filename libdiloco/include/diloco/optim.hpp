@@ -73,6 +73,13 @@ public:
   std::span<float> momentum() { return m_; }
   const OuterConfig& config() const { return cfg_; }
   long steps_taken() const { return t_; }
+  /// Delayed Nesterov: sum of the contributions waiting for the next momentum step.
+  std::span<const double> pending_sum() const { return buf_; }
+  int pending_count() const { return pending_; }
+  /// Restores state from a checkpoint: step count, momentum and (delayed_nesterov) the pending
+  /// buffer; sizes must match. Throws std::invalid_argument on a mismatch.
+  void restore(long t, std::span<const float> momentum, std::span<const double> pending_sum = {},
+               int pending_count = 0);
 
 private:
   OuterConfig cfg_;
