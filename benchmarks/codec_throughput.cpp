@@ -36,10 +36,11 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // usage: codec_throughput [reps] [block]
   const int reps = argc > 1 ? std::max(3, std::atoi(argv[1])) : 9;
   const std::size_t bytes = std::size_t{16} << 20;
   const std::size_t n = bytes / 4;
-  const std::uint32_t block = 64;
+  const std::uint32_t block = argc > 2 ? static_cast<std::uint32_t>(std::max(1, std::atoi(argv[2]))) : 64;
   std::vector<float> x(n), out(n);
   {
     std::mt19937_64 g(1);
