@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Makes a run's certificate authority and one certificate per site (and the syncer) with the
+# openssl CLI, for mutual TLS between sites:
+#   scripts/make-certs.sh OUT_DIR NAME...        e.g. scripts/make-certs.sh certs syncer us-west us-east
+# Writes OUT_DIR/ca.pem (trust anchor), OUT_DIR/ca.key (keep it private), and for each NAME
+# OUT_DIR/NAME.key + OUT_DIR/NAME.pem, a certificate with CN=NAME signed by the CA. The syncer
+# maps a peer's certificate CN to the site it may speak for. Existing files are never overwritten.
+set -euo pipefail
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 OUT_DIR NAME..." >&2
+  exit 2
+fi
+out=$1
+shift
+days=${CERT_DAYS:-365}
+mkdir -p "$out"
+umask 077
+
+if [[ ! -f "$out/ca.key" ]]; then
+  openssl ecparam -name prime256v1 -genkey -noout -out "$out/ca.key"
+  openssl req -x509 -new -key "$out/ca.key" -sha256 -days "$days" -subj "/CN=diloco-run-ca" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$out/ca.pem"
+  echo "made $out/ca.pem"
+fi
+
+for name in "$@"; do
+  if [[ ! "$name" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
+    echo "$0: '$name' is not a valid site name (letters, digits, . _ -)" >&2
+    exit 2
+  fi
+  [[ -f "$out/$name.pem" ]] && { echo "kept $out/$name.pem"; continue; }
+  openssl ecparam -name prime256v1 -genkey -noout -out "$out/$name.key"
+  openssl req -new -key "$out/$name.key" -subj "/CN=$name" -out "$out/$name.csr"
+  ext=$(mktemp)
+  trap 'rm -f "$ext"' EXIT
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyAgreement\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=DNS:%s,DNS:localhost,IP:127.0.0.1\n' "$name" > "$ext"
+  openssl x509 -req -in "$out/$name.csr" -CA "$out/ca.pem" -CAkey "$out/ca.key" -CAcreateserial \
+    -days "$days" -sha256 -extfile "$ext" -out "$out/$name.pem" 2>/dev/null
+  rm -f "$out/$name.csr" "$ext"
+  openssl verify -CAfile "$out/ca.pem" "$out/$name.pem" >/dev/null
+  echo "made $out/$name.pem (CN=$name)"
+done
