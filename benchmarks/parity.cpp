@@ -30,11 +30,11 @@ struct Run {
 void usage() {
   std::puts(
       "usage: parity [--steps N] [--pretrain N] [--islands M] [--lrs a,b,..] [--threads T] [--model small|default]\n"
-      "  --steps N      inner steps per island (default 1000)\n"
+      "  --steps N      inner steps per island (default 3000)\n"
       "  --pretrain N   steps of single-island training every method starts from (default 1000; DiLoCo\n"
       "                 is evaluated from a pretrained model, arXiv 2311.08105 §3)\n"
       "  --islands M    islands (default 4)\n"
-      "  --lrs list     inner learning rates tried for every method (default 1e-3,2e-3,4e-3,8e-3)\n"
+      "  --lrs list     inner learning rates tried for every method (default 4e-3,8e-3,1.6e-2)\n"
       "  --threads T    runs side by side (default 2; each run is single-threaded)\n"
       "  --model small  C=64, L=2 (default); `default` is the built-in C=128, L=4");
 }
@@ -49,10 +49,10 @@ std::vector<double> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  long steps = 1000, pretrain = 1000;
+  long steps = 3000, pretrain = 1000;
   int islands = 4, threads = 2;
   std::string model = "small";
-  std::vector<double> lrs{1e-3, 2e-3, 4e-3, 8e-3};
+  std::vector<double> lrs{4e-3, 8e-3, 1.6e-2};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
