@@ -16,6 +16,8 @@
 #include "diloco/loops.hpp"
 #include "diloco/simulate.hpp"
 
+#include "decoupled_run.hpp"
+
 namespace {
 
 std::string json_number(double x) {
@@ -26,13 +28,14 @@ std::string json_number(double x) {
 }
 
 int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
-        std::optional<std::uint64_t> seed) {
+        std::optional<std::uint64_t> seed, bool on_actors = false) {
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
   }
   diloco::RunConfig cfg = path.empty() ? diloco::parse_config("", overrides, "defaults")
                                        : diloco::load_config(path, overrides);
+  if (cfg.train.mode == "decoupled" || (on_actors && cfg.train.mode != "ddp")) return run_decoupled(cfg, metrics, path);
   std::ofstream jsonl;
   if (!metrics.empty()) {
     jsonl.open(metrics);
@@ -337,6 +340,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", overrides, "override a key, e.g. --set train.H=10 (repeatable)");
   run_cmd->add_option("--metrics", metrics, "write one JSON object per round to this file");
   run_cmd->add_option("--seed", seed, "seed for both the model initialisation and the data");
+  bool on_actors = false;
+  run_cmd->add_flag("--actors", on_actors,
+                    "run diloco / streaming on the actor runtime (synchronous rounds) instead of the reference loop");
 
   app.add_subcommand("config", "print the default configuration with every key documented");
 
@@ -350,9 +356,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> inspect_paths;
   inspect_cmd->add_option("files", inspect_paths, "frame or .safetensors checkpoint files")->required()->check(CLI::ExistingFile);
 
+  auto* demo_cmd = app.add_subcommand("demo", "built-in demonstrations of the actor runtime");
+  std::string demo_name = "supervision";
+  demo_cmd->add_option("name", demo_name, "which demo: supervision (kill a chip, an island, the syncer)")
+      ->check(CLI::IsMember({"supervision"}));
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
+    if (app.got_subcommand("demo")) return run_demo_supervision();
     if (app.got_subcommand("inspect")) {
       int bad = 0;
       for (const auto& p : inspect_paths) {
@@ -385,7 +397,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed);
+    return run(path, overrides, metrics, seed, on_actors);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

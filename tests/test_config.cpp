@@ -87,3 +87,83 @@ BOOST_AUTO_TEST_CASE(missing_file_is_reported_with_its_path) {
     BOOST_TEST(mentions(e.what(), "/nonexistent/diloco.toml"));
   }
 }
+
+// The actor runtime's sections (mode "decoupled"): islands, syncer, supervision, [[faults]].
+BOOST_AUTO_TEST_CASE(decoupled_topology_with_faults_is_parsed) {
+  auto cfg = parse_config(R"(
+[train]
+mode = "decoupled"
+islands = 3
+[islands]
+chips = 4
+speed = [1.0, 0.55]
+[syncer]
+snapshot_every = 3
+checkpoint = "/tmp/x.safetensors"
+[fragments]
+encoding = "int4"
+block_size = 32
+[supervision]
+strategy = "rest_for_one"
+intensity = 2
+[[faults]]
+kill = "island"
+island = 2
+at_step = 40
+[[faults]]
+kill = "syncer"
+at_step = 7
+)");
+  BOOST_TEST(cfg.train.mode == "decoupled");
+  BOOST_TEST(cfg.islands.chips == 4);
+  BOOST_TEST(cfg.islands.speed_of(1) == 0.55);
+  BOOST_TEST(cfg.islands.speed_of(2) == 1.0);  // missing entries run at full speed
+  BOOST_TEST(cfg.syncer.snapshot_every == 3);
+  BOOST_TEST(cfg.fragments.encoding == "int4");
+  BOOST_TEST(cfg.supervision.strategy == "rest_for_one");
+  BOOST_REQUIRE_EQUAL(cfg.faults.size(), 2u);
+  BOOST_TEST(cfg.faults[0].kill == "island");
+  BOOST_TEST(cfg.faults[0].island == 2);
+  BOOST_TEST(cfg.faults[1].kill == "syncer");
+  BOOST_TEST(cfg.faults[1].at_step == 7);
+}
+
+BOOST_AUTO_TEST_CASE(bad_decoupled_settings_name_the_key) {
+  const auto p = problems_of(R"(
+[train]
+islands = 2
+[islands]
+chips = 0
+speed = [1.0, 1.5, 1.0]
+[fragments]
+encoding = "int3"
+[supervision]
+strategy = "all_for_none"
+[[faults]]
+kill = "rack"
+island = 5
+at_step = 0
+bogus = 1
+)");
+  BOOST_TEST(mentions(p, "faults[0].bogus: unknown key"));
+  const auto q = problems_of(R"(
+[train]
+islands = 2
+[islands]
+chips = 0
+speed = [1.0, 1.5, 1.0]
+[fragments]
+encoding = "int3"
+[supervision]
+strategy = "all_for_none"
+[[faults]]
+kill = "rack"
+island = 5
+at_step = 0
+)");
+  for (auto key : {"islands.chips", "islands.speed: 3 entries", "islands.speed: every entry", "fragments.encoding",
+                   "supervision.strategy", "faults[0].kill", "faults[0].island", "faults[0].at_step"})
+    BOOST_TEST(mentions(q, key), key);
+  BOOST_TEST(mentions(problems_of("[islands]\nspeed = 1.0\n"), "islands.speed: expected an array"));
+  BOOST_TEST(mentions(problems_of("[faults]\nkill = \"chip\"\n"), "faults: must be an array of tables"));
+}

@@ -10,13 +10,16 @@
 #include <sstream>
 #include <variant>
 
+#include "diloco/codec.hpp"
+
 #include <toml++/toml.h>
 
 namespace diloco {
 
 namespace {
 
-using FieldPtr = std::variant<int*, long*, std::uint64_t*, double*, float*, bool*, std::string*>;
+using FieldPtr =
+    std::variant<int*, long*, std::uint64_t*, double*, float*, bool*, std::string*, std::vector<double>*>;
 
 struct Field {
   std::string_view section, key;
@@ -49,7 +52,8 @@ std::vector<Field> fields(RunConfig& c) {
       {"data", "eval_tokens", &c.data.eval_tokens, "synthetic: size of the held-out evaluation split"},
       {"data", "eval_fraction", &c.data.eval_fraction, "file: tail share held out for evaluation"},
 
-      {"train", "mode", &c.train.mode, "\"ddp\" (all-reduce every step), \"diloco\" or \"streaming\""},
+      {"train", "mode", &c.train.mode,
+       "\"ddp\" (all-reduce every step), \"diloco\", \"streaming\" (reference loops) or \"decoupled\" (actor runtime)"},
       {"train", "islands", &c.train.islands, "M: islands (learners), each with its own model copy"},
       {"train", "steps", &c.train.steps, "inner steps per island"},
       {"train", "batch", &c.train.batch, "windows of seq_len bytes per island per inner step"},
@@ -77,6 +81,9 @@ std::vector<Field> fields(RunConfig& c) {
       {"fragments", "plan", &c.fragments.plan, "\"strided\" (layer l to fragment l mod P) or \"balanced\""},
       {"fragments", "tau", &c.fragments.tau, "steps between sending a fragment and adopting its merge"},
       {"fragments", "alpha", &c.fragments.alpha, "local share when adopting: α·local + (1−α)·global; <0: 0.5 if tau>0 else 0"},
+      {"fragments", "encoding", &c.fragments.encoding, "decoupled: outer gradients on the wire: fp32, bf16, int8, int4 or e3m0"},
+      {"fragments", "block_size", &c.fragments.block_size, "decoupled: values per scale of int8/int4/e3m0"},
+      {"fragments", "error_feedback", &c.fragments.error_feedback, "decoupled: carry the quantisation residual into the next send"},
 
       {"merge", "weighting", &c.merge.weighting, "\"uniform\" or \"tokens\" (w = tokens·tokens/steps)"},
       {"merge", "rda", &c.merge.rda, "radial-directional averaging of non-embedding tensors"},
@@ -87,6 +94,30 @@ std::vector<Field> fields(RunConfig& c) {
       {"quorum", "grace", &c.quorum.grace, "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},
       {"quorum", "grace_s", &c.quorum.grace_s, "fixed grace window in seconds"},
       {"quorum", "gamma", &c.quorum.gamma, "adaptive grace: γ in γ·max(0, τ·t_step − (t_quorum + t_sync))"},
+
+      {"islands", "chips", &c.islands.chips, "decoupled: chips per island (an island steps on the chips that answer)"},
+      {"islands", "speed", &c.islands.speed,
+       "decoupled: per-island speed in (0, 1], e.g. [1.0, 0.55]; emulated by delaying chip replies; missing = 1.0"},
+
+      {"syncer", "snapshot_every", &c.syncer.snapshot_every, "decoupled: global rounds between syncer snapshots (0: never)"},
+      {"syncer", "checkpoint", &c.syncer.checkpoint, "decoupled: snapshot file (safetensors); \"\": in memory only"},
+
+      {"supervision", "strategy", &c.supervision.strategy, "island supervisors: one_for_one, one_for_all or rest_for_one"},
+      {"supervision", "intensity", &c.supervision.intensity, "restarts allowed within period_s before escalating"},
+      {"supervision", "period_s", &c.supervision.period_s, "restart intensity window in seconds"},
+      {"supervision", "backoff_initial_s", &c.supervision.backoff_initial_s, "delay before a child's first restart"},
+      {"supervision", "backoff_max_s", &c.supervision.backoff_max_s, "cap of the exponential restart back-off"},
+      {"supervision", "backoff_factor", &c.supervision.backoff_factor, "growth of the back-off per recent restart"},
+  };
+}
+
+// Keys of one [[faults]] table (fault injection, mode "decoupled").
+std::vector<Field> fault_fields(FaultSpec& f) {
+  return {
+      {"faults", "kill", &f.kill, "\"chip\", \"island\" or \"syncer\""},
+      {"faults", "island", &f.island, "the island whose local step triggers the fault (and owns the chip)"},
+      {"faults", "chip", &f.chip, "kill = \"chip\": which chip of the island"},
+      {"faults", "at_step", &f.at_step, "fires once, when that island finishes this local step"},
   };
 }
 
@@ -120,6 +151,23 @@ void assign(const toml::node& n, FieldPtr ptr, const std::string& key, std::vect
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (auto v = n.value_exact<std::string>()) *dst = *v;
           else errs.push_back(key + ": expected a string");
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          const auto* arr = n.as_array();
+          if (!arr) {
+            errs.push_back(key + ": expected an array of numbers");
+            return;
+          }
+          std::vector<double> out;
+          for (const auto& x : *arr) {
+            std::optional<double> v = x.is_integer() ? std::optional<double>(static_cast<double>(*x.value<std::int64_t>()))
+                                                     : x.value_exact<double>();
+            if (!v || !std::isfinite(*v)) {
+              errs.push_back(key + ": expected an array of finite numbers");
+              return;
+            }
+            out.push_back(*v);
+          }
+          *dst = std::move(out);
         } else if constexpr (std::is_floating_point_v<T>) {
           std::optional<double> v = n.is_integer() ? std::optional<double>(static_cast<double>(*n.value<std::int64_t>()))
                                                    : n.value_exact<double>();
@@ -152,7 +200,17 @@ std::string format_value(FieldPtr ptr) {
         using T = std::remove_pointer_t<decltype(v)>;
         if constexpr (std::is_same_v<T, bool>) return *v ? "true" : "false";
         else if constexpr (std::is_same_v<T, std::string>) return "\"" + *v + "\"";
-        else if constexpr (std::is_floating_point_v<T>) {
+        else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          std::string s = "[";
+          for (std::size_t i = 0; i < v->size(); ++i) {
+            char buf[64];
+            auto r = std::to_chars(buf, buf + sizeof buf, (*v)[i]);
+            std::string x(buf, r.ptr);
+            if (x.find_first_of(".e") == std::string::npos) x += ".0";
+            s += (i ? ", " : "") + x;
+          }
+          return s + "]";
+        } else if constexpr (std::is_floating_point_v<T>) {
           char buf[64];
           auto r = std::to_chars(buf, buf + sizeof buf, *v);
           std::string s(buf, r.ptr);
@@ -199,8 +257,8 @@ std::vector<std::string> validate(const RunConfig& c) {
   add(validate(c.merge));
   add(validate(c.quorum));
   const auto& t = c.train;
-  if (t.mode != "ddp" && t.mode != "diloco" && t.mode != "streaming")
-    e.push_back("train.mode: must be \"ddp\", \"diloco\" or \"streaming\" (got \"" + t.mode + "\")");
+  if (t.mode != "ddp" && t.mode != "diloco" && t.mode != "streaming" && t.mode != "decoupled")
+    e.push_back("train.mode: must be \"ddp\", \"diloco\", \"streaming\" or \"decoupled\" (got \"" + t.mode + "\")");
   if (t.islands < 1 || t.islands > 1024) e.push_back("train.islands: must be in [1, 1024] (got " + std::to_string(t.islands) + ")");
   if (t.steps < 1) e.push_back("train.steps: must be ≥ 1 (got " + std::to_string(t.steps) + ")");
   if (t.batch < 1) e.push_back("train.batch: must be ≥ 1 (got " + std::to_string(t.batch) + ")");
@@ -214,6 +272,35 @@ std::vector<std::string> validate(const RunConfig& c) {
   if (f.tau < 0 || (t.H >= 1 && f.tau >= t.H))
     e.push_back("fragments.tau: must be in [0, train.H) (got " + std::to_string(f.tau) + ")");
   if (!(f.alpha <= 1.0)) e.push_back("fragments.alpha: must be ≤ 1 (negative means automatic)");
+  if (auto enc = parse_encoding(f.encoding); !enc) {
+    e.push_back("fragments.encoding: must be fp32, bf16, int8, int4 or e3m0 (got \"" + f.encoding + "\")");
+  } else if (f.block_size < 1 || static_cast<std::uint32_t>(f.block_size) > max_block_size) {
+    e.push_back("fragments.block_size: must be in [1, " + std::to_string(max_block_size) + "]");
+  }
+  const auto& is = c.islands;
+  if (is.chips < 1 || is.chips > 256) e.push_back("islands.chips: must be in [1, 256] (got " + std::to_string(is.chips) + ")");
+  if (is.speed.size() > static_cast<std::size_t>(std::max(t.islands, 0)))
+    e.push_back("islands.speed: " + std::to_string(is.speed.size()) + " entries for " + std::to_string(t.islands) + " islands");
+  for (double v : is.speed)
+    if (!(v > 0.0 && v <= 1.0)) e.push_back("islands.speed: every entry must be in (0, 1]");
+  if (c.syncer.snapshot_every < 0) e.push_back("syncer.snapshot_every: must be ≥ 0");
+  const auto& sv = c.supervision;
+  if (sv.strategy != "one_for_one" && sv.strategy != "one_for_all" && sv.strategy != "rest_for_one")
+    e.push_back("supervision.strategy: must be one_for_one, one_for_all or rest_for_one (got \"" + sv.strategy + "\")");
+  if (sv.intensity < 0) e.push_back("supervision.intensity: must be ≥ 0");
+  if (!(sv.period_s > 0.0)) e.push_back("supervision.period_s: must be positive");
+  if (!(sv.backoff_initial_s >= 0.0)) e.push_back("supervision.backoff_initial_s: must be ≥ 0");
+  if (!(sv.backoff_max_s >= sv.backoff_initial_s)) e.push_back("supervision.backoff_max_s: must be ≥ backoff_initial_s");
+  if (!(sv.backoff_factor >= 1.0)) e.push_back("supervision.backoff_factor: must be ≥ 1");
+  for (std::size_t k = 0; k < c.faults.size(); ++k) {
+    const auto& ft = c.faults[k];
+    const std::string key = "faults[" + std::to_string(k) + "]";
+    if (ft.kill != "chip" && ft.kill != "island" && ft.kill != "syncer")
+      e.push_back(key + ".kill: must be \"chip\", \"island\" or \"syncer\" (got \"" + ft.kill + "\")");
+    if (ft.island < 0 || ft.island >= t.islands) e.push_back(key + ".island: no such island");
+    if (ft.chip < 0 || ft.chip >= is.chips) e.push_back(key + ".chip: no such chip");
+    if (ft.at_step < 1) e.push_back(key + ".at_step: must be ≥ 1");
+  }
   if (c.quorum.min_islands > t.islands)
     e.push_back("quorum.min_islands: exceeds train.islands (" + std::to_string(c.quorum.min_islands) + " > " +
                 std::to_string(t.islands) + ")");
@@ -243,6 +330,26 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
   auto table = fields(cfg);
   for (auto&& [sec, node] : root) {
     const std::string section(sec.str());
+    if (section == "faults") {
+      const auto* arr = node.as_array();
+      if (!arr || !arr->is_array_of_tables()) {
+        errs.push_back("faults: must be an array of tables ([[faults]])");
+        continue;
+      }
+      for (std::size_t k = 0; k < arr->size(); ++k) {
+        FaultSpec f;
+        auto ft = fault_fields(f);
+        for (auto&& [fk, fv] : *arr->get(k)->as_table()) {
+          const std::string name(fk.str());
+          const std::string key = "faults[" + std::to_string(k) + "]." + name;
+          auto it = std::find_if(ft.begin(), ft.end(), [&](const Field& x) { return x.key == name; });
+          if (it == ft.end()) errs.push_back(key + ": unknown key");
+          else assign(fv, it->ptr, key, errs);
+        }
+        cfg.faults.push_back(f);
+      }
+      continue;
+    }
     const auto* tbl = node.as_table();
     bool known = false;
     for (const auto& f : table) known = known || f.section == section;
@@ -285,6 +392,11 @@ std::string default_config_toml() {
     }
     s << "# " << f.doc << "\n" << f.key << " = " << format_value(f.ptr) << "\n";
   }
+  FaultSpec example;
+  s << "\n# Faults to inject (decoupled mode), none by default; one [[faults]] table each:\n";
+  for (const auto& f : fault_fields(example))
+    s << "#   " << f.key << " = " << format_value(f.ptr) << "  # " << f.doc << "\n";
+  s << "# [[faults]]\n# kill = \"chip\"\n# island = 0\n# chip = 1\n# at_step = 20\n";
   return s.str();
 }
 

@@ -1,0 +1,51 @@
+// The chip actor: one model workspace, one micro-batch per message, gradient back to the island.
+#include "diloco/actors/chip.hpp"
+
+#include <chrono>
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+#include <spdlog/spdlog.h>
+
+#include "detail.hpp"
+
+namespace diloco::actors {
+
+namespace {
+
+// ---- chip: loss and gradient of one micro-batch on the island's current parameters ----
+
+caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> rt, int island, int chip) {
+  detail::guard(self, "chip " + std::to_string(island) + "." + std::to_string(chip));
+  auto model = std::shared_ptr<Model>(make_model(rt->cfg.model));
+  const double speed = rt->cfg.islands.speed_of(island);
+  ++rt->counters.live_chips;
+  self->attach_functor([rt](const caf::error&) { --rt->counters.live_chips; });
+  return {
+      [=](compute_atom, const ChipWork& w) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto grads = std::make_shared<std::vector<float>>(w.params->size());
+        const double loss = model->loss_and_grad(*w.params, *w.batch, *grads);
+        ChipResult r{chip, w.step, w.batch->num_targets(), loss, std::move(grads)};
+        auto dest = caf::actor_cast<caf::actor>(self->current_sender());
+        // Slower hardware is emulated: the reply waits (1/speed − 1) × the compute time.
+        const double slow = speed < 1.0
+                                ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+                                      (1.0 / speed - 1.0)
+                                : 0.0;
+        if (slow > 0.0) self->delayed_send(dest, detail::micros(slow), std::move(r));
+        else self->send(dest, std::move(r));
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_chip(caf::event_based_actor* parent, std::shared_ptr<Runtime> rt, int island, int chip) {
+  return parent->spawn(chip_actor, std::move(rt), island, chip);
+}
+
+}  // namespace diloco::actors

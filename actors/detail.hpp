@@ -1,0 +1,51 @@
+// Small helpers shared by the runtime's actors (private to diloco::actors): actor-clock time,
+// frames to and from CAF messages, and the exception guard.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <span>
+#include <string>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/sec.hpp>
+
+#include "diloco/actors/protocol.hpp"
+#include "diloco/wire.hpp"
+
+namespace diloco::actors::detail {
+
+/// The actor clock in seconds (the test coordinator's clock in tests): the `now` of policy code.
+inline double now_s(caf::event_based_actor* self) {
+  return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
+}
+
+inline WireFrame to_wire(const Frame& f) {
+  WireFrame w;
+  w.bytes.resize(f.size());
+  std::memcpy(w.bytes.data(), f.data(), f.size());
+  return w;
+}
+inline std::span<const std::byte> bytes_of(const WireFrame& w) {
+  return {reinterpret_cast<const std::byte*>(w.bytes.data()), w.bytes.size()};
+}
+
+inline std::chrono::microseconds micros(double s) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(std::max(0.0, s)));
+}
+
+/// No exception crosses an actor boundary: it becomes an exit reason the supervisor logs.
+inline void guard(caf::event_based_actor* self, std::string who) {
+  self->set_exception_handler([who](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return caf::make_error(caf::sec::runtime_error, who + ": " + x.what());
+    } catch (...) {
+      return caf::make_error(caf::sec::runtime_error, who + ": unknown exception");
+    }
+  });
+}
+
+}  // namespace diloco::actors::detail

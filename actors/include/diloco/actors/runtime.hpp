@@ -1,0 +1,121 @@
+// The Decoupled DiLoCo runtime as CAF 0.17 actors in one process: chips, islands and the syncer
+// under a supervision tree (root → syncer + one supervisor per island → island + chips).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include "diloco/actors/protocol.hpp"
+#include "diloco/actors/supervisor.hpp"
+#include "diloco/checkpoint.hpp"
+#include "diloco/config.hpp"
+#include "diloco/data.hpp"
+#include "diloco/fragments.hpp"
+#include "diloco/model.hpp"
+
+namespace diloco::actors {
+
+/// Something that happened in the runtime, for progress lines, tests and the demo timeline.
+struct RuntimeEvent {
+  enum Kind { step, commit, join, heal, rejoin, restore, snapshot, fault, rejected, dropped, done } kind;
+  int island = -1;
+  int chip = -1;
+  long step_no = 0;             // step: the island's local step
+  std::uint64_t round = 0;      // commit: new round; global round for snapshot/restore
+  int fragment = -1;
+  int count = 0;                // step: chips that answered; commit: contributions merged
+  std::vector<int> islands;     // commit: who was merged
+  std::string detail;
+  double at = 0.0;              // actor-clock seconds
+};
+const char* to_string(RuntimeEvent::Kind k);
+
+/// Where actors find each other after restarts (like Erlang's registered names): the start
+/// functions write the handle of every unit they spawn here.
+class Directory {
+public:
+  Directory(int islands, int chips);
+  void set_syncer(caf::actor a);
+  caf::actor syncer() const;
+  void set_island(int i, caf::actor a);
+  caf::actor island(int i) const;
+  void set_chip(int i, int c, caf::actor a);
+  caf::actor chip(int i, int c) const;
+
+private:
+  mutable std::mutex mu_;
+  caf::actor syncer_;
+  std::vector<caf::actor> islands_;
+  std::vector<std::vector<caf::actor>> chips_;
+};
+
+/// Counters every actor updates (atomics; read by the app's progress lines).
+struct RuntimeCounters {
+  std::atomic<std::uint64_t> tokens{0};         // tokens trained by all islands
+  std::atomic<std::uint64_t> bytes_sent{0};     // frame bytes islands → syncer and syncer → islands
+  std::atomic<std::uint64_t> merged_tokens{0};  // tokens of merged contributions (summed over fragments)
+  std::atomic<int> live_islands{0};
+  std::atomic<int> live_chips{0};
+  std::atomic<int> islands_done{0};
+  std::atomic<std::uint64_t> dropped_stale{0};  // outer gradients too stale or repeating merged progress
+  std::atomic<std::uint64_t> rejected{0};       // every other refusal (malformed, unknown sender, ...)
+  std::atomic<std::uint64_t> commits{0};
+};
+
+/// Everything the runtime's actors share inside one process: immutable run description,
+/// directory, counters, the syncer's last snapshot and an event sink.
+struct Runtime {
+  Runtime(RunConfig cfg, std::function<void(const RuntimeEvent&)> on_event = {});
+
+  RunConfig cfg;
+  Corpus corpus;
+  std::unique_ptr<Model> layout_model;  // owns the layout the plans refer to
+  FragmentPlan plan;
+  std::vector<float> initial;           // seeded initial parameters
+  Directory dir;
+  RuntimeCounters counters;
+  std::vector<std::atomic<long>> island_steps;   // last finished step per island (restarts resume)
+  std::vector<std::atomic<int>> incarnations;    // starts per island
+  std::vector<std::atomic<bool>> fault_fired;    // per cfg.faults entry
+  std::atomic<int> syncer_starts{0};
+
+  /// The syncer's last snapshot in memory (also written to cfg.syncer.checkpoint when set).
+  std::mutex snap_mu;
+  std::optional<Checkpoint> last_snapshot;
+  /// The syncer's newest global parameters and round (for the final evaluation).
+  std::mutex global_mu;
+  std::vector<float> global;
+  std::uint64_t global_round = 0;
+  /// Every new global round with its parameters, for reporters that want each one (the app
+  /// drains it); bounded so a reporter that never reads costs little memory.
+  std::deque<std::pair<std::uint64_t, std::vector<float>>> new_rounds;
+  static constexpr std::size_t max_new_rounds = 64;
+
+  void emit(const RuntimeEvent& e);
+  int P() const { return plan.count(); }
+  /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
+  /// (K = all islands, as the reference loops); "decoupled": they never wait.
+  bool synchronous() const { return cfg.train.mode == "diloco" || cfg.train.mode == "streaming"; }
+  int tau() const { return cfg.train.mode == "diloco" ? 0 : cfg.fragments.tau; }
+  double alpha() const { return cfg.train.mode == "diloco" ? 0.0 : cfg.fragments.effective_alpha(); }
+
+private:
+  std::mutex ev_mu_;
+  std::function<void(const RuntimeEvent&)> on_event_;
+};
+
+/// The supervision tree: root (one_for_one) → "syncer" and "island-i" supervisors, each with
+/// "island" and "chip-c" children (supervision.* flags). Returns the root supervisor.
+caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink = {});
+
+}  // namespace diloco::actors

@@ -1,0 +1,276 @@
+// `diloco run` in decoupled mode: spawns the supervision tree of chips, islands and the syncer
+// (diloco::actors), prints one line per global round and a summary with the fault timeline.
+#include "decoupled_run.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "diloco/actors/runtime.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// What the progress lines need from the event stream (filled on actor threads).
+struct Tally {
+  std::mutex mu;
+  double loss_sum = 0.0;
+  long loss_count = 0;
+  std::vector<std::string> timeline;
+  std::map<std::string, double> down;  // unit → when its fault was injected (time to heal)
+  Clock::time_point start = Clock::now();
+  double since() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+};
+
+double evaluate(diloco::Model& model, const std::vector<float>& params, const std::vector<diloco::Batch>& eval) {
+  double s = 0.0;
+  for (const auto& b : eval) s += model.loss(params, b);
+  return s / static_cast<double>(eval.size());
+}
+
+}  // namespace
+
+int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label) {
+  using namespace diloco;
+  using namespace diloco::actors;
+  std::ofstream jsonl;
+  if (!metrics.empty()) {
+    jsonl.open(metrics);
+    if (!jsonl) throw std::runtime_error("--metrics: cannot open '" + metrics + "' for writing");
+  }
+  auto tally = std::make_shared<Tally>();
+  const int chips = cfg.islands.chips;
+  auto rt = std::make_shared<Runtime>(cfg, [tally, chips](const RuntimeEvent& e) {
+    std::lock_guard lk(tally->mu);
+    const double t = tally->since();
+    // Time to heal: from the injected fault to the unit working again.
+    auto healed = [&](const std::string& unit) -> std::string {
+      auto it = tally->down.find(unit);
+      if (it == tally->down.end()) return {};
+      const double d = t - it->second;
+      tally->down.erase(it);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " [%s healed in %.3f s]", unit.c_str(), d);
+      return buf;
+    };
+    if (e.kind == RuntimeEvent::step) {
+      const double l = std::stod(e.detail);
+      if (std::isfinite(l)) tally->loss_sum += l, ++tally->loss_count;
+      if (e.count == chips) {
+        for (int c = 0; c < chips; ++c) {
+          auto note = healed("chip " + std::to_string(e.island) + "." + std::to_string(c));
+          if (!note.empty()) {
+            char line[160];
+            std::snprintf(line, sizeof line, "%8.2fs  island %d steps with all %d chips again at step %ld%s", t,
+                          e.island, chips, e.step_no, note.c_str());
+            tally->timeline.emplace_back(line);
+          }
+        }
+      }
+      return;
+    }
+    char line[320];
+    switch (e.kind) {
+      case RuntimeEvent::fault:
+        std::snprintf(line, sizeof line, "%8.2fs  %s", t, e.detail.c_str());
+        if (e.detail.find("kill chip") != std::string::npos)
+          tally->down["chip " + std::to_string(e.island) + "." + std::to_string(e.chip)] = t;
+        else if (e.detail.find("kill island") != std::string::npos)
+          tally->down["island " + std::to_string(e.island)] = t;
+        else tally->down["syncer"] = t;
+        break;
+      case RuntimeEvent::heal:
+        if (e.count <= 1) return;  // the first start of every island is not news
+        std::snprintf(line, sizeof line, "%8.2fs  island %d (incarnation %d) healed to round %llu at step %ld%s", t,
+                      e.island, e.count, static_cast<unsigned long long>(e.round), e.step_no,
+                      healed("island " + std::to_string(e.island)).c_str());
+        break;
+      case RuntimeEvent::rejoin:
+        std::snprintf(line, sizeof line, "%8.2fs  island %d re-joined the syncer (base round %llu) at step %ld", t,
+                      e.island, static_cast<unsigned long long>(e.round), e.step_no);
+        break;
+      case RuntimeEvent::restore:
+        std::snprintf(line, sizeof line, "%8.2fs  syncer restarted (%s) at global round %llu%s", t, e.detail.c_str(),
+                      static_cast<unsigned long long>(e.round), healed("syncer").c_str());
+        break;
+      case RuntimeEvent::rejected:
+        std::snprintf(line, sizeof line, "%8.2fs  syncer refused a fragment: %s", t, e.detail.c_str());
+        break;
+      default: return;
+    }
+    tally->timeline.emplace_back(line);
+  });
+  const Corpus& corpus = rt->corpus;
+  auto model = make_model(cfg.model);
+  const auto eval = corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, cfg.train.eval_batches);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+
+  spdlog::info("config: {}", config_label.empty() ? "built-in defaults" : config_label);
+  spdlog::info("data: {}", corpus.describe());
+  std::string speeds;
+  for (int i = 0; i < cfg.train.islands; ++i) speeds += fmt::format("{}{:.2f}", i ? "," : "", cfg.islands.speed_of(i));
+  spdlog::info("mode {} (actor runtime{}): {} islands x {} chips (speed {}; <1 is emulated by delayed chip "
+               "replies), {} steps, H={}, P={}, K={}, grace {}, encoding {}, {} scheduler threads",
+               cfg.train.mode, rt->synchronous() ? ", synchronous rounds" : "", cfg.train.islands, cfg.islands.chips, speeds, cfg.train.steps, cfg.train.H, rt->P(),
+               rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, cfg.quorum.grace, cfg.fragments.encoding, cores);
+
+  caf::actor_system_config sc;
+  sc.set("scheduler.max-threads", static_cast<size_t>(cores));
+  // Fairness between islands: a shared FIFO queue and one message per turn (work stealing lets
+  // an island and its chips ping-pong on one worker while another island starves).
+  sc.set("scheduler.policy", caf::atom("sharing"));
+  sc.set("scheduler.max-throughput", static_cast<size_t>(1));
+  add_runtime_types(sc);
+  caf::actor_system sys(sc);
+  const auto start = Clock::now();
+  auto root = spawn_runtime(sys, rt);
+  // If the tree gives up (restart intensity exceeded at the root), stop waiting for islands.
+  auto tree_failed = std::make_shared<std::atomic<bool>>(false);
+  auto tree_reason = std::make_shared<std::string>();
+  root->attach_functor([tree_failed, tree_reason, &sys](const caf::error& reason) {
+    if (reason) *tree_reason = sys.render(reason);
+    tree_failed->store(true);
+  });
+
+  std::printf("%6s %11s %10s %9s %8s %6s %7s %12s %8s\n", "round", "train_loss", "eval_loss", "tok/s", "islands",
+              "chips", "quorum", "MB_on_wire", "goodput");
+  std::fflush(stdout);
+  std::uint64_t printed = 0;
+  double last_eval = std::nan("");
+  auto report = [&](std::uint64_t round, const std::vector<float>& global) {
+    double train = std::nan("");
+    {
+      std::lock_guard lk(tally->mu);
+      if (tally->loss_count) train = tally->loss_sum / static_cast<double>(tally->loss_count);
+      tally->loss_sum = 0.0;
+      tally->loss_count = 0;
+    }
+    last_eval = evaluate(*model, global, eval);
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    const auto tokens = rt->counters.tokens.load();
+    const double goodput = tokens ? static_cast<double>(rt->counters.merged_tokens.load()) /
+                                        (static_cast<double>(tokens) * rt->P())
+                                  : 0.0;
+    std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%\n", static_cast<unsigned long long>(round), train,
+                last_eval, tokens / std::max(secs, 1e-9), rt->counters.live_islands.load(),
+                rt->counters.live_chips.load(), rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, rt->counters.bytes_sent.load() / 1e6,
+                100.0 * goodput);
+    std::fflush(stdout);
+    if (jsonl)
+      jsonl << "{\"round\":" << round << ",\"train_loss\":" << (std::isfinite(train) ? std::to_string(train) : "null")
+            << ",\"eval_loss\":" << last_eval << ",\"tokens\":" << tokens << ",\"bytes\":" << rt->counters.bytes_sent.load()
+            << ",\"goodput\":" << goodput << ",\"seconds\":" << secs << "}\n";
+  };
+  // The main thread only watches: it evaluates the global parameters when a global round lands.
+  auto done = [&] { return rt->counters.islands_done.load() >= cfg.train.islands; };
+  Clock::time_point finished{};
+  for (;;) {
+    std::deque<std::pair<std::uint64_t, std::vector<float>>> rounds;
+    {
+      std::lock_guard lk(rt->global_mu);
+      rounds.swap(rt->new_rounds);
+    }
+    for (const auto& [round, global] : rounds) {
+      report(round, global);
+      printed = round;
+    }
+    if (tree_failed->load()) {
+      spdlog::error("the supervision tree stopped: {}", tree_reason->empty() ? "normal" : *tree_reason);
+      return 1;
+    }
+    if (done()) {
+      if (finished == Clock::time_point{}) finished = Clock::now();
+      // Give the syncer a moment to merge the last contributions in flight.
+      if (Clock::now() - finished > std::chrono::milliseconds(300)) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  std::vector<float> final_params;
+  {
+    std::lock_guard lk(rt->global_mu);
+    final_params = rt->global;
+  }
+  const double final_eval = evaluate(*model, final_params, eval);
+  std::printf("timeline (%zu events):\n", tally->timeline.size());
+  for (const auto& l : tally->timeline) std::printf("  %s\n", l.c_str());
+  const auto tokens = rt->counters.tokens.load();
+  std::printf("done: %s on actors, %llu global rounds, final eval loss %.4f nats/token", cfg.train.mode.c_str(),
+              static_cast<unsigned long long>(printed),
+              final_eval);
+  if (auto floor = corpus.entropy_floor())
+    std::printf(" (entropy floor %.4f, unigram entropy %.4f)", *floor, corpus.unigram_entropy());
+  std::printf(", %llu tokens in %.1f s (%.0f tok/s), %.2f MB on the wire, goodput %.1f%%",
+              static_cast<unsigned long long>(tokens), secs, tokens / std::max(secs, 1e-9),
+              rt->counters.bytes_sent.load() / 1e6,
+              tokens ? 100.0 * static_cast<double>(rt->counters.merged_tokens.load()) / (static_cast<double>(tokens) * rt->P())
+                     : 0.0);
+  std::printf("; %llu fragment commits, %llu late contributions dropped, %llu frames refused\n",
+              static_cast<unsigned long long>(rt->counters.commits.load()),
+              static_cast<unsigned long long>(rt->counters.dropped_stale.load()),
+              static_cast<unsigned long long>(rt->counters.rejected.load()));
+  return 0;
+}
+
+int run_demo_supervision() {
+  // The built-in topology: 3 islands x 2 chips (one island at 55% speed), 2 fragments, K = 2.
+  const char* topology = R"(
+[model]
+n_layer = 2
+n_embd = 32
+n_head = 2
+seq_len = 32
+[train]
+mode = "decoupled"
+islands = 3
+steps = 240
+H = 20
+[inner]
+lr = 3e-3
+warmup_steps = 20
+[fragments]
+count = 2
+tau = 2
+encoding = "int8"
+[quorum]
+min_islands = 2
+[islands]
+chips = 2
+speed = [1.0, 1.0, 0.55]
+[syncer]
+snapshot_every = 2
+[[faults]]
+kill = "chip"
+island = 0
+chip = 1
+at_step = 40
+[[faults]]
+kill = "island"
+island = 1
+at_step = 100
+[[faults]]
+kill = "syncer"
+island = 0
+at_step = 160
+)";
+  const auto cfg = diloco::parse_config(topology, {}, "demo");
+  std::printf("diloco demo supervision: 3 islands x 2 chips train Decoupled DiLoCo under a supervision tree\n"
+              "(root -> syncer + island-i supervisors -> island + chips). Island 2 emulates older hardware\n"
+              "at 55%% speed. At island 0's step 40 chip 0.1 is killed, at island 1's step 100 island 1 is\n"
+              "killed, at island 0's step 160 the syncer is killed. Watch the rounds go on.\n\n");
+  return run_decoupled(cfg, {}, "built-in demo topology");
+}

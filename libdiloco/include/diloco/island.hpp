@@ -1,0 +1,123 @@
+// One island's training state as plain code (no actors): parameters, AdamW, fragment plan and
+// schedule, per-fragment counters since the last send, outer-gradient frames and adoption (τ, α).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "diloco/codec.hpp"
+#include "diloco/expected.hpp"
+#include "diloco/fragments.hpp"
+#include "diloco/optim.hpp"
+#include "diloco/wire.hpp"
+
+namespace diloco {
+
+/// What one chip computed for one inner step: its gradient and how many target tokens it covers.
+struct ChipGradient {
+  std::span<const float> grads;  // model-sized
+  std::uint64_t tokens = 0;
+  double loss = 0.0;
+};
+
+/// How an island syncs (Streaming / Decoupled DiLoCo, arXiv 2501.18512, 2604.21428).
+struct IslandSettings {
+  int island = 0;
+  SyncSchedule schedule;          // H, P: fragment p is due at local steps ≡ p·H/P (mod H)
+  int tau = 0;                    // adopt a merged fragment τ steps after sending it
+  double alpha = 0.0;             // θ_local ← α·θ_local + (1−α)·Θ_p on adoption
+  CodecParams codec;              // encoding of outer gradients on the wire
+  bool error_feedback = true;     // carry the quantisation residual (lossy encodings only)
+};
+
+/// Solves "what does one island know and do" without any mailbox: the actor shell feeds it
+/// chip gradients and broadcasts and ships the frames it produces. Parameters live behind a
+/// shared pointer that chips read without copying; a step writes them in place unless a
+/// straggling reader still holds the old vector (then it copies once: copy on write).
+class IslandCore {
+public:
+  IslandCore(const ParamLayout& layout, const FragmentPlan& plan, IslandSettings settings, AdamWConfig inner,
+             std::span<const float> initial);
+
+  /// Read-only view shared with chips (no copy per step).
+  std::shared_ptr<const std::vector<float>> shared_params() const { return params_; }
+  std::span<const float> params() const { return *params_; }
+
+  /// One AdamW inner step on the token-weighted mean of the chips' gradients (a dead chip's
+  /// share is simply missing). Returns the token-weighted mean loss; with no tokens at all the
+  /// step is skipped and NaN returned. Adoptions whose τ has elapsed are applied afterwards.
+  double apply_gradient(std::span<const ChipGradient> chips);
+
+  long step() const { return step_; }
+  /// A restarted island continues the run's step count (the schedule's offsets stay aligned).
+  void resume_at(long step) { step_ = step; }
+  /// Fragments due after the current local step, in index order.
+  std::vector<int> due() const;
+  bool due(int p) const { return settings_.schedule.due(step_, p); }
+
+  /// δ_p = Θ_p(base round) − θ_p quantised into a Cap'n Proto Fragment frame (wire.hpp), with
+  /// the fragment's base round and its token/step counters since the last send (as the
+  /// reference loops count them). Fails with non_finite if the local parameters diverged.
+  /// Records the send step for τ and restarts the counters.
+  Expected<Frame> outer_gradient_frame(int p);
+
+  /// A merged global fragment of `round` arrived (now = the current local step). Rounds not
+  /// newer than the one held or queued are ignored (returns false). Applied at max(now,
+  /// sent + τ): at once when due, else queued until apply_gradient reaches that step (a newer
+  /// round replaces a queued older one). Applying re-bases the fragment.
+  bool adopt(int p, std::uint64_t round, std::span<const float> values);
+  /// Decodes and checks a global_params frame from the syncer, then adopt()s it. Returns
+  /// whether it was taken (false: not newer than what the island holds).
+  Expected<bool> adopt_frame(std::span<const std::byte> frame);
+  /// Heals from the syncer's current fragments: a fresh island (keep_local = false) takes them
+  /// as its parameters; a running island re-joining a restarted syncer (keep_local = true)
+  /// keeps its parameters and only re-bases (Θ_p and base round), so its progress is resent.
+  void heal(const JoinReply& reply, bool keep_local);
+
+  /// Synchronous modes (DiLoCo / Streaming DiLoCo as in the reference loops): true while the
+  /// next step may not start because a fragment sent at step s has no newer global round yet
+  /// and s + τ ≤ the current step (the reference adopts it at the end of step s + τ).
+  bool must_wait() const;
+
+  std::uint64_t base_round(int p) const { return base_round_[static_cast<std::size_t>(p)]; }
+  std::uint64_t tokens_since(int p) const { return tokens_[static_cast<std::size_t>(p)]; }
+  std::uint64_t steps_since(int p) const { return steps_[static_cast<std::size_t>(p)]; }
+  std::uint64_t tokens_total() const { return tokens_total_; }
+  std::size_t pending_adoptions() const { return queue_.size(); }
+  /// Per-fragment base rounds and counters as the progress message reports them.
+  ProgressMessage progress() const;
+  const IslandSettings& settings() const { return settings_; }
+  const FragmentPlan& plan() const { return *plan_; }
+
+private:
+  std::vector<float>& writable();  // copy on write if a chip still reads the current vector
+  void mix(int p, std::span<const float> values);
+  void apply_ready();
+
+  const ParamLayout* layout_;
+  const FragmentPlan* plan_;
+  IslandSettings settings_;
+  AdamW opt_;
+  std::shared_ptr<std::vector<float>> params_;
+  std::vector<float> grad_;
+  long step_ = 0;
+  std::uint64_t tokens_total_ = 0;
+  std::vector<std::vector<float>> global_;   // Θ_p of the base round
+  std::vector<std::uint64_t> base_round_, tokens_, steps_;
+  std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
+  std::vector<bool> awaiting_;               // sent, and no newer round received since
+  std::vector<ErrorFeedbackEncoder> ef_;
+  struct Adoption {
+    long apply_at;
+    int p;
+    std::uint64_t round;
+    std::vector<float> values;
+  };
+  std::deque<Adoption> queue_;
+  std::vector<float> work_;
+};
+
+}  // namespace diloco

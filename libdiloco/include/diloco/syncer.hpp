@@ -1,0 +1,128 @@
+// The syncer (outer optimizer) as plain code: validates incoming outer-gradient frames, keeps
+// per-fragment rounds, decides commits by quorum + grace (time passed in), merges and snapshots.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "diloco/checkpoint.hpp"
+#include "diloco/expected.hpp"
+#include "diloco/fragments.hpp"
+#include "diloco/merge.hpp"
+#include "diloco/optim.hpp"
+#include "diloco/wire.hpp"
+
+namespace diloco {
+
+/// Settings of the syncer (Decoupled DiLoCo, arXiv 2604.21428).
+struct SyncerSettings {
+  int islands = 1;               // known senders 0..islands-1
+  MergeConfig merge;
+  QuorumConfig quorum;
+  OuterConfig outer;
+  CodecParams broadcast;         // encoding of the global fragments it sends (fp32: exact)
+  long snapshot_every = 0;       // global rounds between snapshots (0: never)
+};
+
+/// What one commit of one fragment did.
+struct Commit {
+  int fragment = 0;
+  std::uint64_t round = 0;       // the new round of the fragment
+  int merged = 0;                // contributions in the average
+  int dropped_stale = 0;         // contributions past max staleness at merge time
+  std::uint64_t tokens = 0;      // tokens of the merged contributions
+  std::vector<int> islands;      // who was merged
+  double at = 0.0;
+};
+
+/// Counters of everything the syncer did, for reports and tests.
+struct SyncerStats {
+  std::uint64_t accepted = 0;    // frames accepted
+  std::uint64_t superseded = 0;  // a newer frame of the same island replaced a pending one
+  std::uint64_t overlapping = 0; // based on a round the island already had a contribution merged
+                                 // from: it repeats merged progress, so it is dropped (counted in
+                                 // dropped_stale too)
+  std::uint64_t commits = 0;
+  std::uint64_t merged = 0;
+  std::uint64_t dropped_stale = 0;   // stale_round rejections + staleness drops in merges
+  std::uint64_t merged_tokens = 0;   // Σ over commits of merged tokens
+  std::uint64_t bytes_in = 0;
+  RejectCounts rejected;             // every refusal by code (stale_round included)
+};
+
+/// Solves "when and how is a fragment merged" with no mailbox: the actor shell passes frames
+/// and the time; SyncerCore answers with commits and the next moment it must be asked again.
+/// Per fragment: a round that only goes up and commits only with ≥ K contributions; pending
+/// contributions (one per island, the newest wins); token-weighted merge + RDA (merge.hpp);
+/// late contributions discounted by staleness or dropped; an OuterOptimizer each.
+class SyncerCore {
+public:
+  SyncerCore(const FragmentPlan& plan, std::span<const float> initial, SyncerSettings settings);
+
+  /// Validates and stores an outer-gradient frame arriving at `now` (seconds). Refusals come
+  /// back as errors and are counted by code; nothing from them is kept. A frame based on a
+  /// round from which the same island already had a contribution merged is refused as
+  /// stale_round: its δ repeats progress the global parameters already hold (the island sent
+  /// again before the broadcast reached it), and merging it would apply that progress twice.
+  Expected<FragmentHeader> receive(std::span<const std::byte> frame, double now);
+  /// Commits every fragment whose quorum + grace rule says so (decide(), merge.hpp).
+  std::vector<Commit> poll(double now);
+  /// When poll must run again for a waiting grace window (infinity when nothing waits).
+  double next_deadline(double now) const;
+
+  /// Islands currently alive (the grace rule stops waiting once every live island is in).
+  void set_live_islands(int n);
+  /// Estimates for the adaptive grace window: islands' inner step time and merge + broadcast time.
+  void set_timing(double t_step, double t_sync);
+
+  std::uint64_t round(int p) const { return rounds_[static_cast<std::size_t>(p)]; }
+  /// The global round: min over fragments (every fragment merged at least that often).
+  std::uint64_t global_round() const;
+  int pending(int p) const { return static_cast<int>(pending_[static_cast<std::size_t>(p)].size()); }
+  std::span<const float> params() const { return params_; }
+  const SyncerStats& stats() const;
+  const SyncerSettings& settings() const { return settings_; }
+
+  /// Θ_p as a global_params frame with its current round.
+  Expected<Frame> global_frame(int p) const;
+  /// Every global fragment with its round: what a (re)starting island heals from.
+  JoinReply join_reply() const;
+
+  /// The state a restart needs: global params, outer momentum, rounds (checkpoint.hpp).
+  Checkpoint snapshot() const;
+  /// True when snapshot_every global rounds passed since the last mark_snapshot().
+  bool snapshot_due() const;
+  void mark_snapshot() { snapshot_round_ = global_round(); }
+  /// Restores from a checkpoint of the same plan; pending contributions are dropped (the
+  /// islands resend). Throws std::invalid_argument on a mismatch.
+  void restore(const Checkpoint& cp);
+
+private:
+  struct Pending {
+    FragmentHeader header;
+    std::vector<double> delta;
+    double at = 0.0;
+  };
+  Commit commit(int p, double now);
+  void open_round(int p, double now);
+
+  const FragmentPlan* plan_;
+  SyncerSettings settings_;
+  std::vector<float> params_;
+  std::vector<OuterOptimizer> outer_;
+  std::vector<std::uint64_t> rounds_;
+  std::vector<std::vector<Pending>> pending_;
+  std::vector<std::vector<std::uint64_t>> merged_base_;  // [p][island]: 1 + base round last merged (0: none)
+  std::vector<RoundState> state_;
+  FragmentInbox inbox_;
+  mutable SyncerStats stats_;
+  std::uint64_t dropped_in_merge_ = 0;
+  std::uint64_t snapshot_round_ = 0;
+  std::vector<double> rx_, merged_;
+  std::vector<float> theta_;
+};
+
+}  // namespace diloco

@@ -1,0 +1,188 @@
+// IslandCore: one island's inner steps, outer-gradient frames and adoption of merged fragments.
+#include "diloco/island.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <variant>
+
+namespace diloco {
+
+IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, IslandSettings settings,
+                       AdamWConfig inner, std::span<const float> initial)
+    : layout_(&layout), plan_(&plan), settings_(settings), opt_(layout, inner),
+      params_(std::make_shared<std::vector<float>>(initial.begin(), initial.end())), grad_(initial.size()) {
+  if (initial.size() != layout.size()) throw std::invalid_argument("IslandCore: initial parameters do not fit the layout");
+  const auto P = static_cast<std::size_t>(plan.count());
+  if (settings_.schedule.P != plan.count()) throw std::invalid_argument("IslandCore: schedule.P differs from the plan");
+  global_.resize(P);
+  for (int p = 0; p < plan.count(); ++p) {
+    global_[static_cast<std::size_t>(p)].resize(plan.size(p));
+    plan.gather<float>(p, initial, global_[static_cast<std::size_t>(p)]);
+    ef_.emplace_back(plan.size(p), settings_.codec);
+  }
+  base_round_.assign(P, 0);
+  tokens_.assign(P, 0);
+  steps_.assign(P, 0);
+  sent_at_.assign(P, -1);
+  awaiting_.assign(P, false);
+}
+
+std::vector<float>& IslandCore::writable() {
+  if (params_.use_count() > 1) params_ = std::make_shared<std::vector<float>>(*params_);
+  return *params_;
+}
+
+double IslandCore::apply_gradient(std::span<const ChipGradient> chips) {
+  std::uint64_t total = 0;
+  for (const auto& c : chips) {
+    if (c.grads.size() != grad_.size()) throw std::invalid_argument("IslandCore: chip gradient has the wrong size");
+    total += c.tokens;
+  }
+  if (total == 0) return std::numeric_limits<double>::quiet_NaN();
+  // g = Σ_c tokens_c·g_c / Σ_c tokens_c   (N,)
+  double loss = 0.0;
+  if (chips.size() == 1) {
+    std::copy(chips[0].grads.begin(), chips[0].grads.end(), grad_.begin());
+    loss = chips[0].loss;
+  } else {
+    std::fill(grad_.begin(), grad_.end(), 0.0f);
+    for (const auto& c : chips) {
+      const float w = static_cast<float>(static_cast<double>(c.tokens) / static_cast<double>(total));
+      for (std::size_t j = 0; j < grad_.size(); ++j) grad_[j] += w * c.grads[j];
+      loss += c.loss * static_cast<double>(c.tokens) / static_cast<double>(total);
+    }
+  }
+  opt_.step(writable(), grad_);
+  ++step_;
+  tokens_total_ += total;
+  for (std::size_t p = 0; p < tokens_.size(); ++p) {
+    tokens_[p] += total;
+    steps_[p] += 1;
+  }
+  apply_ready();
+  return loss;
+}
+
+std::vector<int> IslandCore::due() const {
+  std::vector<int> out;
+  for (int p = 0; p < plan_->count(); ++p)
+    if (due(p)) out.push_back(p);
+  return out;
+}
+
+Expected<Frame> IslandCore::outer_gradient_frame(int p) {
+  if (p < 0 || p >= plan_->count()) return Error{errc::unknown_fragment, "fragment " + std::to_string(p)};
+  const auto i = static_cast<std::size_t>(p);
+  const auto& g = global_[i];
+  work_.resize(g.size());
+  plan_->gather<float>(p, *params_, work_);
+  for (std::size_t j = 0; j < g.size(); ++j) work_[j] = g[j] - work_[j];  // δ_p = Θ_p − θ_p
+  FragmentHeader h;
+  h.kind = FragmentKind::outer_gradient;
+  h.island = settings_.island;
+  h.index = static_cast<std::uint32_t>(p);
+  h.base_round = base_round_[i];
+  h.tokens = tokens_[i];
+  h.steps = steps_[i];
+  auto frame = settings_.error_feedback && settings_.codec.encoding != Encoding::fp32
+                   ? encode_fragment(h, ef_[i], work_)
+                   : encode_fragment(h, settings_.codec, work_);
+  if (frame) {
+    sent_at_[i] = step_;
+    awaiting_[i] = true;
+    tokens_[i] = steps_[i] = 0;  // the next contribution counts from here (the syncer adds up
+                                 // counters when a newer frame supersedes a pending one)
+  }
+  return frame;
+}
+
+void IslandCore::mix(int p, std::span<const float> values) {
+  work_.resize(values.size());
+  auto& theta = writable();
+  plan_->gather<float>(p, theta, work_);
+  const double a = settings_.alpha;
+  for (std::size_t j = 0; j < work_.size(); ++j)
+    work_[j] = static_cast<float>(a * work_[j] + (1.0 - a) * values[j]);
+  plan_->scatter(p, work_, theta);
+}
+
+bool IslandCore::adopt(int p, std::uint64_t round, std::span<const float> values) {
+  if (p < 0 || p >= plan_->count() || values.size() != plan_->size(p)) return false;
+  const auto i = static_cast<std::size_t>(p);
+  if (round <= base_round_[i]) return false;
+  for (const auto& q : queue_)
+    if (q.p == p && q.round >= round) return false;
+  std::erase_if(queue_, [p](const Adoption& q) { return q.p == p; });
+  const long at = sent_at_[i] < 0 ? step_ : std::max(step_, sent_at_[i] + settings_.tau);
+  awaiting_[i] = false;
+  queue_.push_back({at, p, round, std::vector<float>(values.begin(), values.end())});
+  apply_ready();
+  return true;
+}
+
+Expected<bool> IslandCore::adopt_frame(std::span<const std::byte> frame) {
+  auto msg = decode_message(frame);
+  if (!msg) return msg.error();
+  const auto* f = std::get_if<FragmentMessage>(&*msg);
+  if (!f) return Error{errc::unexpected_message, "a " + std::string(to_string(type_of(*msg))) + " message where a global fragment is expected"};
+  WireContext ctx;
+  for (int p = 0; p < plan_->count(); ++p) ctx.fragment_sizes.push_back(plan_->size(p));
+  ctx.accept = FragmentKind::global_params;
+  if (auto st = check_fragment(f->header, f->data.count, ctx); !st) return st.error();
+  std::vector<float> values(f->data.count);
+  if (auto st = decode(EncodedView(f->data), std::span<float>(values)); !st) return st.error();
+  return adopt(static_cast<int>(f->header.index), f->header.base_round, values);
+}
+
+void IslandCore::apply_ready() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->apply_at > step_) {
+      ++it;
+      continue;
+    }
+    const auto i = static_cast<std::size_t>(it->p);
+    mix(it->p, it->values);
+    global_[i] = std::move(it->values);
+    base_round_[i] = it->round;
+    it = queue_.erase(it);
+  }
+}
+
+void IslandCore::heal(const JoinReply& reply, bool keep_local) {
+  queue_.clear();
+  std::vector<float> values;
+  for (const auto& f : reply.fragments) {
+    const int p = static_cast<int>(f.header.index);
+    if (p < 0 || p >= plan_->count() || f.data.count != plan_->size(p)) continue;
+    values.resize(f.data.count);
+    if (!decode(EncodedView(f.data), std::span<float>(values))) continue;
+    const auto i = static_cast<std::size_t>(p);
+    if (!keep_local) plan_->scatter(p, values, writable());
+    global_[i] = values;
+    base_round_[i] = f.header.base_round;
+    if (!keep_local) tokens_[i] = steps_[i] = 0;
+    sent_at_[i] = -1;
+    awaiting_[i] = false;
+    ef_[i].reset();
+  }
+}
+
+bool IslandCore::must_wait() const {
+  for (std::size_t p = 0; p < awaiting_.size(); ++p)
+    if (awaiting_[p] && sent_at_[p] + settings_.tau <= step_) return true;
+  return false;
+}
+
+ProgressMessage IslandCore::progress() const {
+  ProgressMessage m;
+  m.island = settings_.island;
+  m.local_step = static_cast<std::uint64_t>(step_);
+  for (std::size_t p = 0; p < base_round_.size(); ++p)
+    m.fragments.push_back({static_cast<std::uint32_t>(p), base_round_[p], tokens_[p], steps_[p]});
+  return m;
+}
+
+}  // namespace diloco

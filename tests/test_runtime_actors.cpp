@@ -1,0 +1,376 @@
+// The Decoupled DiLoCo actor runtime on CAF's deterministic test coordinator: chips, islands and
+// the syncer crash by injected faults and the run goes on (DESIGN.md §4). No sleeping.
+#define BOOST_TEST_MODULE runtime_actors
+#include <boost/test/unit_test.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+#include <caf/send.hpp>
+
+#include <cmath>
+#include <map>
+
+#include "diloco/actors/runtime.hpp"
+#include "diloco/loops.hpp"
+
+using namespace diloco;
+using namespace diloco::actors;
+
+namespace {
+
+RunConfig small_config(int islands, int chips, int K) {
+  RunConfig c;
+  c.model.kind = "mlp";
+  c.model.seq_len = 8;
+  c.model.n_embd = 8;
+  c.model.hidden = 16;
+  c.model.context = 2;
+  c.data.eval_tokens = 4096;
+  c.train.mode = "decoupled";
+  c.train.islands = islands;
+  c.train.steps = 18;
+  c.train.batch = 2;
+  c.train.H = 3;
+  c.train.eval_batches = 1;
+  c.inner.lr = 3e-3f;
+  c.inner.warmup_steps = 2;
+  c.islands.chips = chips;
+  c.quorum.min_islands = K;
+  c.quorum.grace = "none";
+  c.supervision.backoff_initial_s = 0.0;
+  c.supervision.backoff_max_s = 0.0;
+  c.syncer.snapshot_every = 1;
+  return c;
+}
+
+struct World {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  std::shared_ptr<Runtime> rt;
+  std::vector<RuntimeEvent> events;
+  std::vector<SupervisionEvent> sup;
+  caf::actor root;
+
+  explicit World(RunConfig c) {
+    BOOST_REQUIRE(validate(c).empty());
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    add_runtime_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    rt = std::make_shared<Runtime>(std::move(c), [this](const RuntimeEvent& e) { events.push_back(e); });
+    root = spawn_runtime(*sys, rt, [this](const SupervisionEvent& e) { sup.push_back(e); });
+  }
+  ~World() {
+    caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+    settle(false);
+  }
+  // Runs messages and timers until every island finished its steps (or nothing is left).
+  void settle(bool require_done = true) {
+    for (int i = 0; i < 20000; ++i) {
+      sched->run();
+      if (require_done && rt->counters.islands_done == rt->cfg.train.islands) return;
+      if (!sched->has_pending_timeout()) break;
+      sched->trigger_timeout();
+    }
+    if (require_done) BOOST_FAIL("the run did not finish");
+  }
+  int started(const std::string& supervisor, const std::string& child) const {
+    int n = 0;
+    for (const auto& e : sup) n += e.kind == SupervisionEvent::started && e.supervisor == supervisor && e.child == child;
+    return n;
+  }
+  std::vector<RuntimeEvent> of(RuntimeEvent::Kind k) const {
+    std::vector<RuntimeEvent> out;
+    for (const auto& e : events)
+      if (e.kind == k) out.push_back(e);
+    return out;
+  }
+  std::size_t index_of(RuntimeEvent::Kind k, int island = -1) const {
+    for (std::size_t j = 0; j < events.size(); ++j)
+      if (events[j].kind == k && (island < 0 || events[j].island == island)) return j;
+    return events.size();
+  }
+};
+
+// Commits of each fragment carry strictly increasing rounds and at least K contributions.
+void check_commits(const World& w, std::size_t from = 0, std::size_t to = SIZE_MAX) {
+  std::map<int, std::uint64_t> last;
+  for (std::size_t j = from; j < std::min(to, w.events.size()); ++j) {
+    const auto& e = w.events[j];
+    if (e.kind != RuntimeEvent::commit) continue;
+    BOOST_TEST(e.count >= w.rt->cfg.quorum.min_islands);
+    BOOST_TEST(e.round > last[e.fragment]);
+    last[e.fragment] = e.round;
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(runtime_without_faults_trains_and_commits_every_round) {
+  World w(small_config(2, 2, 2));
+  w.settle();
+  const auto commits = w.of(RuntimeEvent::commit);
+  BOOST_TEST(commits.size() == 6u);  // 18 steps / H = 3, both islands in every round
+  for (const auto& c : commits) BOOST_TEST(c.count == 2);
+  check_commits(w);
+  BOOST_TEST(w.of(RuntimeEvent::rejected).empty());
+  BOOST_TEST(w.rt->global_round == 6u);
+  for (const auto& s : w.of(RuntimeEvent::step)) BOOST_TEST(s.count == 2);
+}
+
+BOOST_AUTO_TEST_CASE(crashed_chip_restarts_only_that_chip) {
+  auto c = small_config(2, 2, 2);
+  c.faults.push_back({"chip", 0, 1, 4});
+  World w(c);
+  w.settle();
+  BOOST_TEST(w.of(RuntimeEvent::fault).size() == 1u);
+  BOOST_TEST(w.started("island-0", "chip-1") == 2);
+  BOOST_TEST(w.started("island-0", "chip-0") == 1);
+  BOOST_TEST(w.started("island-0", "island") == 1);
+  BOOST_TEST(w.started("island-1", "island") == 1);
+  BOOST_TEST(w.started("island-1", "chip-1") == 1);
+  BOOST_TEST(w.started("root", "syncer") == 1);
+  // Island 0 finished step 5 with the surviving chip, and later steps had both again.
+  bool short_step = false, full_after = false;
+  for (const auto& s : w.of(RuntimeEvent::step)) {
+    if (s.island != 0) continue;
+    if (s.step_no == 5) short_step = s.count == 1;
+    if (s.step_no > 5 && s.count == 2) full_after = true;
+  }
+  BOOST_TEST(short_step);
+  BOOST_TEST(full_after);
+  BOOST_TEST(w.of(RuntimeEvent::commit).size() == 6u);  // nobody noticed at the syncer
+  check_commits(w);
+}
+
+BOOST_AUTO_TEST_CASE(island_killed_is_restarted_and_heals_while_others_keep_merging) {
+  auto c = small_config(3, 1, 1);
+  c.faults.push_back({"island", 1, 0, 7});
+  c.supervision.backoff_initial_s = 0.5;  // island 1 stays down while the others run
+  c.supervision.backoff_max_s = 0.5;
+  World w(c);
+  w.settle();
+  BOOST_TEST(w.started("island-1", "island") == 2);
+  BOOST_TEST(w.started("island-0", "island") == 1);
+  BOOST_TEST(w.started("island-2", "island") == 1);
+  const auto fault = w.index_of(RuntimeEvent::fault);
+  std::size_t heal = w.events.size();
+  for (std::size_t j = fault; j < w.events.size(); ++j)
+    if (w.events[j].kind == RuntimeEvent::heal && w.events[j].island == 1) {
+      heal = j;
+      break;
+    }
+  BOOST_REQUIRE(heal < w.events.size());
+  BOOST_TEST(w.events[heal].count == 2);  // second incarnation
+  // While island 1 was down the others kept merging, without it.
+  int merged_meanwhile = 0;
+  std::uint64_t round_at_heal = 0;
+  for (std::size_t j = fault; j < heal; ++j)
+    if (w.events[j].kind == RuntimeEvent::commit) {
+      ++merged_meanwhile;
+      for (int i : w.events[j].islands) BOOST_TEST(i != 1);
+      round_at_heal = w.events[j].round;
+    }
+  BOOST_TEST(merged_meanwhile >= 4);
+  // It healed to the current global round and contributed again afterwards.
+  BOOST_TEST(w.events[heal].round == round_at_heal);
+  bool merged_again = false;
+  for (std::size_t j = heal; j < w.events.size(); ++j)
+    if (w.events[j].kind == RuntimeEvent::commit)
+      for (int i : w.events[j].islands) merged_again = merged_again || i == 1;
+  BOOST_TEST(merged_again);
+  BOOST_TEST(w.of(RuntimeEvent::rejected).empty());
+  check_commits(w);
+}
+
+BOOST_AUTO_TEST_CASE(syncer_restarted_from_snapshot_and_islands_resend) {
+  auto c = small_config(2, 1, 2);
+  c.faults.push_back({"syncer", 0, 0, 7});
+  World w(c);
+  w.settle();
+  BOOST_TEST(w.started("root", "syncer") == 2);
+  BOOST_TEST(w.started("island-0", "island") == 1);  // islands kept running
+  BOOST_TEST(w.started("island-1", "island") == 1);
+  const auto fault = w.index_of(RuntimeEvent::fault);
+  const auto restore = w.index_of(RuntimeEvent::restore);
+  BOOST_REQUIRE(restore < w.events.size());
+  BOOST_TEST(restore > fault);
+  std::uint64_t before = 0;
+  for (std::size_t j = 0; j < fault; ++j)
+    if (w.events[j].kind == RuntimeEvent::commit) before = w.events[j].round;
+  // No round lost beyond the snapshot interval (1 here: none at all).
+  BOOST_TEST(w.events[restore].round + static_cast<std::uint64_t>(c.syncer.snapshot_every) >= before + 1);
+  BOOST_TEST(w.events[restore].round >= before - 0);
+  // Both islands re-joined the new syncer, kept their state and resent: rounds continue.
+  int rejoins = 0;
+  for (std::size_t j = restore; j < w.events.size(); ++j) rejoins += w.events[j].kind == RuntimeEvent::rejoin;
+  BOOST_TEST(rejoins == 2);
+  check_commits(w, restore);
+  std::uint64_t last = 0;
+  int after = 0;
+  for (std::size_t j = restore; j < w.events.size(); ++j)
+    if (w.events[j].kind == RuntimeEvent::commit) {
+      ++after;
+      last = w.events[j].round;
+    }
+  BOOST_TEST(after >= 2);
+  BOOST_TEST(last > before);
+  BOOST_TEST(w.of(RuntimeEvent::rejected).empty());
+}
+
+BOOST_AUTO_TEST_CASE(island_and_syncer_killed_together_both_come_back) {
+  auto c = small_config(2, 1, 1);
+  c.faults.push_back({"syncer", 1, 0, 5});  // island 1 kills the syncer, then itself
+  c.faults.push_back({"island", 1, 0, 5});
+  World w(c);
+  w.settle();
+  BOOST_TEST(w.started("root", "syncer") == 2);
+  BOOST_TEST(w.started("island-1", "island") == 2);
+  std::size_t heal = w.events.size();
+  for (std::size_t j = w.index_of(RuntimeEvent::fault); j < w.events.size(); ++j)
+    if (w.events[j].kind == RuntimeEvent::heal && w.events[j].island == 1) heal = j;
+  BOOST_REQUIRE(heal < w.events.size());  // the second incarnation joined and healed
+  BOOST_TEST(w.events[heal].count == 2);
+  check_commits(w, w.index_of(RuntimeEvent::restore));
+}
+
+namespace {
+
+std::uint64_t fnv(std::uint64_t h, std::uint64_t x) {
+  for (int b = 0; b < 8; ++b) h = (h ^ ((x >> (8 * b)) & 0xff)) * 1099511628211ull;
+  return h;
+}
+
+// Hash of the event trace: same seed, same trace.
+std::uint64_t trace_hash(const World& w) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& e : w.events)
+    for (auto x : {std::uint64_t(e.kind), std::uint64_t(e.island + 1), std::uint64_t(e.chip + 1), std::uint64_t(e.step_no),
+                   e.round, std::uint64_t(e.fragment + 1), std::uint64_t(e.count)})
+      h = fnv(h, x);
+  return h;
+}
+
+double eval_loss(const RunConfig& c, const std::vector<float>& params) {
+  const auto corpus = Corpus::make(c.data);
+  auto model = make_model(c.model);
+  double s = 0.0;
+  const auto batches = corpus.eval_batches(8, c.model.seq_len, 4);
+  for (const auto& b : batches) s += model->loss(params, b);
+  return s / static_cast<double>(batches.size());
+}
+
+RunConfig seeded_fault_config(std::uint64_t seed) {
+  auto c = small_config(3, 2, 2);
+  c.train.steps = 30;
+  c.fragments.count = 2;
+  c.fragments.tau = 1;
+  c.train.seed = seed;
+  c.data.seed = seed;
+  c.syncer.snapshot_every = 2;
+  c.merge.max_staleness = 8;
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&x](std::uint64_t n) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x % n;
+  };
+  const char* kinds[] = {"chip", "island", "syncer"};
+  for (int k = 0; k < 3; ++k) {
+    FaultSpec f;
+    f.kill = kinds[k];  // one of each kind, random unit and moment
+    f.island = static_cast<int>(next(3));
+    f.chip = static_cast<int>(next(2));
+    f.at_step = 2 + static_cast<long>(next(26));
+    c.faults.push_back(f);
+  }
+  return c;
+}
+
+}  // namespace
+
+// 20 seeds, each killing a random chip, a random island and the syncer at random steps of a
+// short run; checked after every event: rounds monotonic (per syncer incarnation), every
+// commit with ≥ K contributions, global parameters finite, loss below its start, and the same
+// seed gives the same event trace (hash printed).
+BOOST_AUTO_TEST_CASE(seeded_fault_runs_keep_every_invariant) {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      const auto cfg = seeded_fault_config(seed);
+      std::uint64_t hash = 0;
+      for (int rep = 0; rep < 2; ++rep) {
+        World w(cfg);
+        w.settle();
+        BOOST_TEST(w.of(RuntimeEvent::fault).size() == 3u);
+        // Rounds only go up within one syncer incarnation; after a restore they resume from the
+        // snapshot, at most snapshot_every global rounds (here × P fragment rounds) behind.
+        std::map<int, std::uint64_t> last;
+        for (const auto& e : w.events) {
+          if (e.kind == RuntimeEvent::restore) {
+            for (auto& [p, r] : last) BOOST_TEST(e.round + std::uint64_t(cfg.syncer.snapshot_every) + 1 >= r);
+            last.clear();
+            for (int p = 0; p < cfg.fragments.count; ++p) last[p] = e.round;
+          }
+          if (e.kind != RuntimeEvent::commit) continue;
+          BOOST_TEST(e.count >= cfg.quorum.min_islands);
+          BOOST_TEST(e.round > last[e.fragment]);
+          last[e.fragment] = e.round;
+        }
+        BOOST_TEST(w.of(RuntimeEvent::rejected).empty());
+        std::vector<float> global;
+        {
+          std::lock_guard lk(w.rt->global_mu);
+          global = w.rt->global;
+        }
+        bool finite = true;
+        for (float v : global) finite = finite && std::isfinite(v);
+        BOOST_TEST(finite);
+        BOOST_TEST(w.rt->global_round > 0u);
+        BOOST_TEST(eval_loss(cfg, global) < eval_loss(cfg, w.rt->initial));
+        const auto h = trace_hash(w);
+        if (rep == 0) hash = h;
+        else BOOST_TEST(h == hash);
+        if (rep == 1) BOOST_TEST_MESSAGE("seed " << seed << ": " << w.events.size() << " events, trace hash " << std::hex << h);
+      }
+    }
+  }
+}
+
+namespace {
+
+// The synchronous modes on the actors against the reference loops (same model, data, seeds).
+void check_matches_reference(const std::string& mode, int P, int tau) {
+  auto c = small_config(2, 1, 2);
+  c.train.mode = mode;
+  c.train.steps = 24;
+  c.train.H = 6;
+  c.train.batch = 4;
+  c.fragments.count = P;
+  c.fragments.tau = tau;
+  c.quorum.tau = tau;
+  const auto ref = run_reference(c);
+  World w(c);
+  w.settle();
+  std::vector<float> got;
+  {
+    std::lock_guard lk(w.rt->global_mu);
+    got = w.rt->global;
+  }
+  BOOST_REQUIRE_EQUAL(got.size(), ref.params.size());
+  double worst = 0.0;
+  for (std::size_t j = 0; j < got.size(); ++j) worst = std::max(worst, std::abs(double(got[j]) - double(ref.params[j])));
+  BOOST_TEST_MESSAGE(mode << " P=" << P << " tau=" << tau << " on actors: max |actors - reference| = " << worst);
+  BOOST_TEST(worst <= 1e-5);
+  BOOST_TEST(w.rt->global_round == static_cast<std::uint64_t>(c.train.steps / c.train.H));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(diloco_mode_on_actors_matches_reference_loop) { check_matches_reference("diloco", 1, 0); }
+BOOST_AUTO_TEST_CASE(streaming_mode_on_actors_matches_reference_loop) { check_matches_reference("streaming", 2, 0); }
+BOOST_AUTO_TEST_CASE(streaming_with_overlap_on_actors_matches_reference_loop) {
+  check_matches_reference("streaming", 2, 2);
+}

@@ -1,0 +1,355 @@
+// IslandCore and SyncerCore without actors: quorum, grace, staleness, heal, snapshot/restore,
+// and lockstep equivalence with the reference loops (the golden model).
+#define BOOST_TEST_MODULE runtime_core
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <variant>
+
+#include "diloco/checkpoint.hpp"
+#include "diloco/config.hpp"
+#include "diloco/data.hpp"
+#include "diloco/island.hpp"
+#include "diloco/loops.hpp"
+#include "diloco/syncer.hpp"
+
+using namespace diloco;
+
+namespace {
+
+// A one-tensor layout, one fragment: the smallest syncer world.
+struct Tiny {
+  ParamLayout layout;
+  FragmentPlan plan;
+  Tiny(std::size_t n = 4) : layout(make_layout(n)), plan(FragmentPlan::strided(layout, 1)) {}
+  static ParamLayout make_layout(std::size_t n) {
+    ParamLayout l;
+    l.add("w", {n}, 0, true);
+    return l;
+  }
+};
+
+SyncerSettings sgd_settings(int islands, int K, std::string grace = "none") {
+  SyncerSettings s;
+  s.islands = islands;
+  s.quorum.min_islands = K;
+  s.quorum.grace = grace;
+  s.merge.weighting = "uniform";
+  s.merge.rda = false;
+  s.outer.kind = "sgd";
+  s.outer.lr = 1.0f;
+  s.outer.momentum = 0.0f;
+  return s;
+}
+
+Frame delta_frame(int island, std::uint64_t base, float value, std::size_t n = 4, std::uint32_t p = 0) {
+  FragmentHeader h;
+  h.island = island;
+  h.index = p;
+  h.base_round = base;
+  h.tokens = 100;
+  h.steps = 10;
+  std::vector<float> v(n, value);
+  return encode_fragment(h, CodecParams{}, v).value();
+}
+
+RunConfig golden_config(const std::string& mode, int P, int tau) {
+  RunConfig c;
+  c.model.kind = "mlp";
+  c.model.seq_len = 8;
+  c.model.n_embd = 8;
+  c.model.hidden = 16;
+  c.model.context = 2;
+  c.data.eval_tokens = 4096;
+  c.train.mode = mode;
+  c.train.islands = 2;
+  c.train.steps = 24;
+  c.train.batch = 4;
+  c.train.H = 6;
+  c.train.eval_batches = 1;
+  c.inner.lr = 3e-3f;
+  c.inner.warmup_steps = 3;
+  c.fragments.count = P;
+  c.fragments.tau = tau;
+  c.quorum.tau = tau;
+  return c;
+}
+
+// Drives M IslandCores and one SyncerCore in lockstep, exactly as run_fragments orders things.
+std::vector<float> lockstep(const RunConfig& cfg) {
+  const int M = cfg.train.islands, P = cfg.train.mode == "diloco" ? 1 : cfg.fragments.count;
+  const int tau = cfg.train.mode == "diloco" ? 0 : cfg.fragments.tau;
+  const double alpha = cfg.train.mode == "diloco" ? 0.0 : cfg.fragments.effective_alpha();
+  const Corpus corpus = Corpus::make(cfg.data);
+  auto model = make_model(cfg.model);
+  std::vector<float> theta(model->layout().size());
+  model->init(theta, cfg.train.seed);
+  const auto plan = FragmentPlan::make(cfg.fragments.plan, model->layout(), P);
+  SyncerSettings ss;
+  ss.islands = M;
+  ss.quorum.min_islands = M;
+  ss.quorum.grace = "none";
+  ss.merge.weighting = "uniform";
+  ss.merge.rda = false;
+  ss.outer = cfg.outer;
+  SyncerCore syncer(plan, theta, ss);
+  std::vector<std::unique_ptr<IslandCore>> isl;
+  std::vector<std::unique_ptr<BatchSource>> data;
+  for (int i = 0; i < M; ++i) {
+    IslandSettings s{i, SyncSchedule{cfg.train.H, P}, tau, alpha, CodecParams{}, false};
+    isl.push_back(std::make_unique<IslandCore>(model->layout(), plan, s, cfg.inner, theta));
+    data.push_back(corpus.shard(i, M));
+  }
+  std::vector<float> grads(theta.size());
+  Batch batch;
+  for (long s = 1; s <= cfg.train.steps; ++s) {
+    for (int i = 0; i < M; ++i) {
+      data[static_cast<std::size_t>(i)]->next(cfg.train.batch, cfg.model.seq_len, batch);
+      const double loss = model->loss_and_grad(isl[static_cast<std::size_t>(i)]->params(), batch, grads);
+      ChipGradient g{grads, batch.num_targets(), loss};
+      isl[static_cast<std::size_t>(i)]->apply_gradient(std::span<const ChipGradient>(&g, 1));
+    }
+    for (int p : isl[0]->due())
+      for (auto& island : isl) BOOST_REQUIRE(syncer.receive(island->outer_gradient_frame(p).value(), double(s)));
+    for (const auto& c : syncer.poll(static_cast<double>(s))) {
+      BOOST_REQUIRE(c.merged == M);
+      auto frame = syncer.global_frame(c.fragment).value();
+      for (auto& island : isl) BOOST_REQUIRE(island->adopt_frame(frame).value());
+    }
+  }
+  return std::vector<float>(syncer.params().begin(), syncer.params().end());
+}
+
+void check_golden(const RunConfig& cfg) {
+  const auto ref = run_reference(cfg);
+  const auto got = lockstep(cfg);
+  BOOST_REQUIRE_EQUAL(ref.params.size(), got.size());
+  double worst = 0.0, scale = 0.0;
+  for (std::size_t j = 0; j < got.size(); ++j) {
+    worst = std::max(worst, std::abs(double(got[j]) - double(ref.params[j])));
+    scale = std::max(scale, std::abs(double(ref.params[j])));
+  }
+  BOOST_TEST_MESSAGE(cfg.train.mode << " P=" << cfg.fragments.count << " tau=" << cfg.fragments.tau
+                                    << ": max |runtime - reference| = " << worst << " (max |θ| " << scale << ")");
+  BOOST_TEST(worst <= 1e-5 * std::max(1.0, scale));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(round_commits_only_with_quorum) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(3, 2));
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_TEST(s.poll(0.0).empty());
+  BOOST_TEST(s.poll(100.0).empty());  // no amount of waiting commits below K
+  BOOST_TEST(s.round(0) == 0u);
+  BOOST_TEST(s.next_deadline(100.0) == std::numeric_limits<double>::infinity());
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 3.0f), 1.0));
+  const auto c = s.poll(1.0);
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].merged == 2);
+  BOOST_TEST(c[0].round == 1u);
+  BOOST_TEST(s.params()[0] == -2.0f);  // Θ − mean δ with SGD lr 1
+}
+
+BOOST_AUTO_TEST_CASE(straggler_inside_grace_is_merged) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(3, 2, "fixed");
+  cfg.quorum.grace_s = 1.0;
+  SyncerCore s(t.plan, init, cfg);
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f), 0.2));
+  BOOST_TEST(s.poll(0.3).empty());           // quorum reached at 0.2, grace runs to 1.2
+  BOOST_TEST(s.next_deadline(0.3) == 1.2);
+  BOOST_REQUIRE(s.receive(delta_frame(2, 0, 4.0f), 0.9));
+  const auto c = s.poll(0.9);                // every live island is in: no need to wait longer
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].merged == 3);
+  BOOST_TEST(s.params()[0] == -2.0f);
+}
+
+BOOST_AUTO_TEST_CASE(quorum_without_straggler_commits_when_grace_ends) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(3, 2, "fixed");
+  cfg.quorum.grace_s = 1.0;
+  SyncerCore s(t.plan, init, cfg);
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f), 0.0));
+  BOOST_TEST(s.poll(0.99).empty());
+  BOOST_TEST(s.poll(1.0).size() == 1u);
+  s.set_live_islands(2);  // island 2 died: a full house of the living commits at once
+  BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f), 2.0));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 1, 1.0f), 2.0));
+  BOOST_TEST(s.poll(2.0).size() == 1u);
+  BOOST_TEST(s.round(0) == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(late_contribution_is_discounted_next_round) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(3, 2);
+  cfg.merge.staleness_discount = 0.5;
+  cfg.merge.max_staleness = 1;
+  SyncerCore s(t.plan, init, cfg);
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);  // round 1 = −1
+  BOOST_REQUIRE(s.receive(delta_frame(2, 0, 4.0f), 0.5));  // based on round 0: one round late
+  BOOST_TEST(s.poll(0.5).empty());              // one contribution is not a quorum
+  BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f), 1.0));
+  const auto c = s.poll(1.0);
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].merged == 2);
+  // Δ = (1·1 + 0.5·4) / 1.5 = 2 → Θ = −1 − 2 = −3
+  BOOST_TEST(s.params()[0] == -3.0f);
+  // Past max staleness (round 2 now, based on 0): dropped and counted, nothing kept.
+  auto r = s.receive(delta_frame(2, 0, 4.0f), 2.0);
+  BOOST_REQUIRE(!r);
+  BOOST_TEST((r.error().code == errc::stale_round));
+  BOOST_TEST(s.pending(0) == 0);
+  BOOST_TEST(s.stats().dropped_stale == 1u);
+  BOOST_TEST(s.stats().rejected[errc::stale_round] == 1u);
+  // A frame from the future is refused too.
+  auto f = s.receive(delta_frame(1, 7, 1.0f), 2.0);
+  BOOST_REQUIRE(!f);
+  BOOST_TEST((f.error().code == errc::future_round));
+}
+
+BOOST_AUTO_TEST_CASE(contribution_repeating_merged_progress_is_not_applied_twice) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(2, 2));
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  // Island 0 sends again before the broadcast of round 1 reached it: its δ still holds the
+  // progress just merged. Refused; island 1's later one (based on round 1) is fine.
+  auto again = s.receive(delta_frame(0, 0, 2.0f), 0.5);
+  BOOST_REQUIRE(!again);
+  BOOST_TEST((again.error().code == errc::stale_round));
+  BOOST_TEST(s.stats().overlapping == 1u);
+  BOOST_TEST(s.pending(0) == 0);
+  BOOST_REQUIRE(s.receive(delta_frame(1, 1, 1.0f), 0.5));
+  BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f), 0.6));
+  BOOST_TEST(s.poll(0.6).size() == 1u);
+  BOOST_TEST(s.params()[0] == -2.0f);
+}
+
+BOOST_AUTO_TEST_CASE(newer_frame_of_an_island_supersedes_its_pending_one) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(3, 2));
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 5.0f), 1.0));
+  BOOST_TEST(s.pending(0) == 1);
+  BOOST_TEST(s.poll(1.0).empty());  // the same island twice is still one contribution
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f), 1.0));
+  BOOST_REQUIRE_EQUAL(s.poll(1.0).size(), 1u);
+  BOOST_TEST(s.params()[0] == -3.0f);
+  BOOST_TEST(s.stats().superseded == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(chip_gradients_are_weighted_by_tokens_and_readers_keep_their_copy) {
+  Tiny t(2);
+  std::vector<float> init(2, 1.0f);
+  AdamWConfig sgdish;
+  sgdish.warmup_steps = 0;
+  sgdish.weight_decay = 0.0f;
+  sgdish.grad_clip = 0.0f;
+  IslandCore a(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, sgdish, init);
+  IslandCore b(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, sgdish, init);
+  std::vector<float> g1{1.0f, 1.0f}, g2{-1.0f, 3.0f}, mean{0.5f, 1.5f};  // (3·g1 + 1·g2) / 4
+  const auto held = a.shared_params();
+  ChipGradient two[] = {{g1, 30, 1.0}, {g2, 10, 2.0}};
+  const double loss = a.apply_gradient(two);
+  ChipGradient one{mean, 40, 1.25};
+  b.apply_gradient(std::span<const ChipGradient>(&one, 1));
+  BOOST_TEST(loss == 1.25, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(a.params()[0] == b.params()[0]);
+  BOOST_TEST(a.params()[1] == b.params()[1]);
+  BOOST_TEST((*held)[0] == 1.0f);  // a chip still reading the old parameters saw no change
+  BOOST_TEST(a.tokens_since(0) == 40u);
+  // No chip answered: no step.
+  BOOST_TEST(std::isnan(a.apply_gradient({})));
+  BOOST_TEST(a.step() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(island_heals_from_join_reply) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(2, 2));
+  for (std::uint64_t r = 0; r < 3; ++r) {
+    BOOST_REQUIRE(s.receive(delta_frame(0, r, 1.0f), 0.0));
+    BOOST_REQUIRE(s.receive(delta_frame(1, r, 1.0f), 0.0));
+    BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  }
+  // A JoinReply crosses the wire as a frame: encode and decode it as the island would.
+  auto msg = decode_message(encode_message(s.join_reply()));
+  BOOST_REQUIRE(msg);
+  const auto& reply = std::get<JoinReply>(*msg);
+  std::vector<float> fresh(4, 9.0f);
+  IslandCore fresh_island(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, fresh);
+  fresh_island.heal(reply, /*keep_local=*/false);
+  BOOST_TEST(fresh_island.base_round(0) == 3u);
+  for (int j = 0; j < 4; ++j) BOOST_TEST(fresh_island.params()[j] == -3.0f);
+  // A running island re-joining keeps its parameters and re-bases: its δ carries its progress.
+  IslandCore running(t.layout, t.plan, IslandSettings{1, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, fresh);
+  running.heal(reply, /*keep_local=*/true);
+  BOOST_TEST(running.params()[0] == 9.0f);
+  BOOST_TEST(running.base_round(0) == 3u);
+  ChipGradient none{std::vector<float>(4, 0.0f), 8, 0.0};
+  for (int k = 0; k < 4; ++k) running.apply_gradient(std::span<const ChipGradient>(&none, 1));
+  BOOST_REQUIRE(running.due(0));
+  auto frame = running.outer_gradient_frame(0).value();
+  auto r = s.receive(frame, 1.0);  // based on the syncer's current round: accepted
+  BOOST_REQUIRE(r);
+  BOOST_TEST(r->base_round == 3u);
+  BOOST_TEST(r->tokens == 32u);
+}
+
+BOOST_AUTO_TEST_CASE(syncer_restored_from_snapshot_continues_rounds) {
+  Tiny t;
+  std::vector<float> init(4, 0.5f);
+  auto cfg = sgd_settings(2, 2);
+  cfg.outer.kind = "nesterov";
+  cfg.outer.lr = 0.7f;
+  cfg.outer.momentum = 0.9f;
+  cfg.snapshot_every = 2;
+  SyncerCore s(t.plan, init, cfg);
+  auto round = [](SyncerCore& x, std::uint64_t r, float v) {
+    BOOST_REQUIRE(x.receive(delta_frame(0, r, v), 0.0));
+    BOOST_REQUIRE(x.receive(delta_frame(1, r, v), 0.0));
+    BOOST_REQUIRE_EQUAL(x.poll(0.0).size(), 1u);
+  };
+  round(s, 0, 0.1f);
+  BOOST_TEST(!s.snapshot_due());
+  round(s, 1, 0.2f);
+  BOOST_REQUIRE(s.snapshot_due());
+  const auto path = (std::filesystem::temp_directory_path() / "diloco_test_syncer_snapshot.safetensors").string();
+  BOOST_REQUIRE(save_checkpoint(path, t.layout, t.plan, s.snapshot()));
+  s.mark_snapshot();
+  BOOST_TEST(!s.snapshot_due());
+  auto cp = load_checkpoint(path, t.layout, t.plan);
+  BOOST_REQUIRE(cp);
+  std::vector<float> other(4, 0.0f);
+  SyncerCore restored(t.plan, other, cfg);
+  restored.restore(*cp);
+  BOOST_TEST(restored.round(0) == 2u);
+  // The same next round on both: identical parameters (momentum came back too).
+  round(s, 2, 0.3f);
+  round(restored, 2, 0.3f);
+  BOOST_TEST(restored.round(0) == 3u);
+  for (int j = 0; j < 4; ++j) BOOST_TEST(restored.params()[j] == s.params()[j]);
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(lockstep_cores_reproduce_reference_diloco) { check_golden(golden_config("diloco", 1, 0)); }
+BOOST_AUTO_TEST_CASE(lockstep_cores_reproduce_reference_streaming) { check_golden(golden_config("streaming", 2, 0)); }
+BOOST_AUTO_TEST_CASE(lockstep_cores_reproduce_reference_streaming_with_overlap) {
+  check_golden(golden_config("streaming", 2, 2));
+}
