@@ -24,12 +24,17 @@ caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> 
   const double speed = rt->cfg.islands.speed_of(island);
   ++rt->counters.live_chips;
   self->attach_functor([rt](const caf::error&) { --rt->counters.live_chips; });
+  // The gradient buffer is reused once the island has let go of the previous one (no 3 MB
+  // allocation and zero-fill per step); while the island still holds it, a new one is made.
+  auto buffer = std::make_shared<std::shared_ptr<std::vector<float>>>();
   return {
       [=](compute_atom, const ChipWork& w) {
         const auto t0 = std::chrono::steady_clock::now();
-        auto grads = std::make_shared<std::vector<float>>(w.params->size());
+        auto& grads = *buffer;
+        if (!grads || grads.use_count() > 1 || grads->size() != w.params->size())
+          grads = std::make_shared<std::vector<float>>(w.params->size());
         const double loss = model->loss_and_grad(*w.params, *w.batch, *grads);
-        ChipResult r{chip, w.step, w.batch->num_targets(), loss, std::move(grads)};
+        ChipResult r{chip, w.step, w.batch->num_targets(), loss, grads};
         auto dest = caf::actor_cast<caf::actor>(self->current_sender());
         // Slower hardware is emulated: the reply waits (1/speed − 1) × the compute time.
         const double slow = speed < 1.0
