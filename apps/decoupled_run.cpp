@@ -35,12 +35,6 @@ struct Tally {
   double since() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
 };
 
-double evaluate(diloco::Model& model, const std::vector<float>& params, const std::vector<diloco::Batch>& eval) {
-  double s = 0.0;
-  for (const auto& b : eval) s += model.loss(params, b);
-  return s / static_cast<double>(eval.size());
-}
-
 }  // namespace
 
 int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label) {

@@ -25,12 +25,6 @@ struct Replica {
   std::unique_ptr<BatchSource> data;
 };
 
-double evaluate(Model& model, std::span<const float> params, const std::vector<Batch>& eval) {
-  double s = 0.0;
-  for (const auto& b : eval) s += model.loss(params, b);
-  return s / static_cast<double>(eval.size());
-}
-
 /// Bookkeeping shared by the loops: period losses, reports, totals.
 struct Recorder {
   const RunConfig& cfg;

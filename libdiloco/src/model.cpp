@@ -42,4 +42,10 @@ std::unique_ptr<Model> make_model(const ModelConfig& cfg) {
                               "' (expected 'gpt' or 'mlp')");
 }
 
+double evaluate(Model& model, std::span<const float> params, const std::vector<Batch>& eval) {
+  double s = 0.0;
+  for (const auto& b : eval) s += model.loss(params, b);
+  return s / static_cast<double>(eval.size());
+}
+
 }  // namespace diloco

@@ -53,4 +53,7 @@ public:
 /// Builds the model described by `cfg` (validated first; see config.hpp).
 std::unique_ptr<Model> make_model(const ModelConfig& cfg);
 
+/// Mean loss of `params` over evaluation batches (what every eval-loss figure reports).
+double evaluate(Model& model, std::span<const float> params, const std::vector<Batch>& eval);
+
 }  // namespace diloco
