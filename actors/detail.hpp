@@ -12,6 +12,7 @@
 #include <caf/sec.hpp>
 
 #include "diloco/actors/protocol.hpp"
+#include "diloco/actors/runtime.hpp"
 #include "diloco/wire.hpp"
 
 namespace diloco::actors::detail {
@@ -46,6 +47,16 @@ inline void guard(caf::event_based_actor* self, std::string who) {
       return caf::make_error(caf::sec::runtime_error, who + ": unknown exception");
     }
   });
+}
+
+/// Sends a frame between island `island` and the syncer through that island's emulated WAN link
+/// (`up`: towards the syncer): delivered when the link would deliver it, or at once without a WAN.
+template <class Atom>
+void send_over_link(caf::event_based_actor* self, Runtime& rt, int island, bool up, const caf::actor& dest, Atom atom,
+                    WireFrame w) {
+  const double delay = rt.link_delay(island, up, w.bytes.size(), now_s(self));
+  if (delay > 0.0) self->delayed_send(dest, micros(delay), atom, std::move(w));
+  else self->send(dest, atom, std::move(w));
 }
 
 }  // namespace diloco::actors::detail

@@ -52,7 +52,7 @@ void island_try_join(caf::event_based_actor* self, Runtime& rt, IslandState& st,
     self->monitor(s);
   }
   JoinRequest jr{i, static_cast<std::uint64_t>(st.incarnation)};
-  self->send(s, join_atom::value, detail::to_wire(encode_message(jr)));
+  detail::send_over_link(self, rt, i, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
 }
 
 void island_fire_faults(caf::event_based_actor* self, Runtime& rt, int i, long step) {
@@ -89,7 +89,8 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
     ev.detail = std::to_string(loss);
     rt.emit(ev);
     if (st.syncer) {
-      self->send(st.syncer, progress_atom::value, detail::to_wire(encode_message(st.core->progress())));
+      detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value,
+                             detail::to_wire(encode_message(st.core->progress())));
       for (int p : st.core->due()) {
         auto frame = st.core->outer_gradient_frame(p);
         if (!frame) {
@@ -97,7 +98,7 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
           continue;
         }
         rt.counters.bytes_sent += frame->size();
-        self->send(st.syncer, fragment_atom::value, detail::to_wire(*frame));
+        detail::send_over_link(self, rt, i, true, st.syncer, fragment_atom::value, detail::to_wire(*frame));
       }
     }
     island_fire_faults(self, rt, i, step);

@@ -87,6 +87,25 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
   for (auto& s : island_steps) s = 0;
   for (auto& n : incarnations) n = 0;
   for (auto& f : fault_fired) f = false;
+  if (cfg.wan.enabled)
+    for (int i = 0; i < cfg.train.islands; ++i)
+      links.push_back(std::make_unique<Links>(link_config(cfg, i, true), link_config(cfg, i, false)));
+}
+
+double Runtime::link_delay(int island, bool up, std::size_t bytes, double now) {
+  if (links.empty() || island < 0 || static_cast<std::size_t>(island) >= links.size()) return 0.0;
+  auto& l = *links[static_cast<std::size_t>(island)];
+  std::lock_guard lk(l.mu);
+  return (up ? l.up : l.down).send(bytes, now).delivered_at - now;
+}
+
+std::uint64_t Runtime::link_bytes() {
+  std::uint64_t n = 0;
+  for (auto& l : links) {
+    std::lock_guard lk(l->mu);
+    n += l->up.bytes_carried() + l->down.bytes_carried();
+  }
+  return n;
 }
 
 void Runtime::emit(const RuntimeEvent& e) {

@@ -45,7 +45,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
       auto w = detail::to_wire(*frame);
       for (auto& [id, a] : st.islands) {
         rt.counters.bytes_sent += w.bytes.size();
-        self->send(a, global_atom::value, w);
+        detail::send_over_link(self, rt, id, false, a, global_atom::value, w);
       }
     }
     rt.counters.merged_tokens += c.tokens;
@@ -147,7 +147,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         auto reply = detail::to_wire(encode_message(st.core->join_reply()));
         rt->counters.bytes_sent += reply.bytes.size();
         rt->emit({RuntimeEvent::join, id, -1, 0, st.core->global_round(), -1, 0, {}, {}, detail::now_s(self)});
-        self->send(who, welcome_atom::value, std::move(reply));
+        detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
       },
       [=](progress_atom, const WireFrame& w) {
         auto& st = self->state;

@@ -217,6 +217,17 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
               static_cast<unsigned long long>(rt->counters.commits.load()),
               static_cast<unsigned long long>(rt->counters.dropped_stale.load()),
               static_cast<unsigned long long>(rt->counters.rejected.load()));
+  if (!rt->links.empty()) {
+    std::uint64_t resent = 0;
+    for (auto& l : rt->links) {
+      std::lock_guard lk(l->mu);
+      resent += l->up.retransmissions() + l->down.retransmissions();
+    }
+    std::printf("wan: %d links of %.1f Mbit/s, %.0f ms (emulated): %.2f MB carried incl. progress reports and %llu "
+                "retransmissions\n",
+                2 * cfg.train.islands, cfg.wan.bandwidth_mbps, cfg.wan.latency_ms, rt->link_bytes() / 1e6,
+                static_cast<unsigned long long>(resent));
+  }
   return 0;
 }
 

@@ -14,6 +14,8 @@
 
 #include <toml++/toml.h>
 
+#include "diloco/rng.hpp"
+
 namespace diloco {
 
 namespace {
@@ -98,6 +100,13 @@ std::vector<Field> fields(RunConfig& c) {
       {"islands", "chips", &c.islands.chips, "decoupled: chips per island (an island steps on the chips that answer)"},
       {"islands", "speed", &c.islands.speed,
        "decoupled: per-island speed in (0, 1], e.g. [1.0, 0.55]; emulated by delaying chip replies; missing = 1.0"},
+
+      {"wan", "enabled", &c.wan.enabled, "decoupled: frames between islands and the syncer cross emulated WAN links"},
+      {"wan", "bandwidth_mbps", &c.wan.bandwidth_mbps, "decoupled: each link's bandwidth per direction, Mbit/s"},
+      {"wan", "latency_ms", &c.wan.latency_ms, "decoupled: one-way latency of each link, ms"},
+      {"wan", "jitter_ms", &c.wan.jitter_ms, "decoupled: uniform jitter around the latency, ms"},
+      {"wan", "loss", &c.wan.loss, "decoupled: probability a transmission is lost (and resent)"},
+      {"wan", "retransmit_timeout_ms", &c.wan.retransmit_timeout_ms, "decoupled: a lost transmission is resent this much later, ms"},
 
       {"syncer", "snapshot_every", &c.syncer.snapshot_every, "decoupled: global rounds between syncer snapshots (0: never)"},
       {"syncer", "checkpoint", &c.syncer.checkpoint, "decoupled: snapshot file (safetensors); \"\": in memory only"},
@@ -248,6 +257,17 @@ std::vector<std::string> validate(const ModelConfig& m) {
   return e;
 }
 
+LinkConfig link_config(const RunConfig& c, int island, bool up) {
+  LinkConfig l;
+  l.bandwidth_Bps = c.wan.bandwidth_mbps * 1e6 / 8.0;
+  l.latency_s = c.wan.latency_ms * 1e-3;
+  l.jitter_s = c.wan.jitter_ms * 1e-3;
+  l.loss = c.wan.loss;
+  l.retransmit_timeout_s = c.wan.retransmit_timeout_ms * 1e-3;
+  l.seed = derive_seed(c.data.seed ^ 0x5741u, static_cast<std::uint64_t>(2 * island + (up ? 1 : 0)));
+  return l;
+}
+
 std::vector<std::string> validate(const RunConfig& c) {
   std::vector<std::string> e = validate(c.model);
   auto add = [&](std::vector<std::string> more) { e.insert(e.end(), more.begin(), more.end()); };
@@ -301,6 +321,12 @@ std::vector<std::string> validate(const RunConfig& c) {
     if (ft.chip < 0 || ft.chip >= is.chips) e.push_back(key + ".chip: no such chip");
     if (ft.at_step < 1) e.push_back(key + ".at_step: must be ≥ 1");
   }
+  const auto& w = c.wan;
+  if (!(w.bandwidth_mbps > 0.0)) e.push_back("wan.bandwidth_mbps: must be positive");
+  if (!(w.latency_ms >= 0.0)) e.push_back("wan.latency_ms: must be ≥ 0");
+  if (!(w.jitter_ms >= 0.0 && w.jitter_ms <= w.latency_ms)) e.push_back("wan.jitter_ms: must be in [0, wan.latency_ms]");
+  if (!(w.loss >= 0.0 && w.loss < 1.0)) e.push_back("wan.loss: must be in [0, 1)");
+  if (!(w.retransmit_timeout_ms >= 0.0)) e.push_back("wan.retransmit_timeout_ms: must be ≥ 0");
   if (c.quorum.min_islands > t.islands)
     e.push_back("quorum.min_islands: exceeds train.islands (" + std::to_string(c.quorum.min_islands) + " > " +
                 std::to_string(t.islands) + ")");

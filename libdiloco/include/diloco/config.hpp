@@ -12,6 +12,7 @@
 #include "diloco/merge.hpp"
 #include "diloco/model.hpp"
 #include "diloco/optim.hpp"
+#include "diloco/wan.hpp"
 
 namespace diloco {
 
@@ -74,6 +75,16 @@ struct FaultSpec {
   long at_step = 1;
 };
 
+/// Emulated WAN between every island and the syncer (both directions alike), or none.
+struct WanConfig {
+  bool enabled = false;
+  double bandwidth_mbps = 100.0;   // per link and direction, Mbit/s
+  double latency_ms = 30.0;        // one way
+  double jitter_ms = 0.0;          // uniform ± around the latency
+  double loss = 0.0;               // probability that one transmission is lost (then resent)
+  double retransmit_timeout_ms = 200.0;
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -87,7 +98,11 @@ struct RunConfig {
   SyncerConfig syncer;
   SupervisionConfig supervision;
   std::vector<FaultSpec> faults;  // [[faults]] tables
+  WanConfig wan;
 };
+
+/// The link of island `island` in one direction (up: to the syncer), seeded per link.
+LinkConfig link_config(const RunConfig& cfg, int island, bool up);
 
 /// Every problem of `cfg`, one "section.key: problem" line each; empty when valid.
 std::vector<std::string> validate(const RunConfig& cfg);

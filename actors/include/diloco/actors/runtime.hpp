@@ -22,6 +22,7 @@
 #include "diloco/data.hpp"
 #include "diloco/fragments.hpp"
 #include "diloco/model.hpp"
+#include "diloco/wan.hpp"
 
 namespace diloco::actors {
 
@@ -88,6 +89,19 @@ struct Runtime {
   std::vector<std::atomic<int>> incarnations;    // starts per island
   std::vector<std::atomic<bool>> fault_fired;    // per cfg.faults entry
   std::atomic<int> syncer_starts{0};
+
+  /// Emulated WAN links per island when wan.enabled: up = island → syncer, down = syncer → island.
+  struct Links {
+    std::mutex mu;
+    WanLink up, down;
+    Links(LinkConfig u, LinkConfig d) : up(std::move(u)), down(std::move(d)) {}
+  };
+  std::vector<std::unique_ptr<Links>> links;
+  /// Seconds from `now` until a frame of `bytes` between island `island` and the syncer arrives
+  /// (0 without a WAN): the link queues it behind earlier frames, adds latency, resends losses.
+  double link_delay(int island, bool up, std::size_t bytes, double now);
+  /// Bytes the WAN links carried, retransmissions included (0 without a WAN).
+  std::uint64_t link_bytes();
 
   /// The syncer's last snapshot in memory (also written to cfg.syncer.checkpoint when set).
   std::mutex snap_mu;
