@@ -31,6 +31,7 @@ using json = nlohmann::json;
 std::string num(std::uint64_t x) { return std::to_string(x); }
 
 std::string momentum_name(int p) { return "diloco.outer.momentum." + std::to_string(p); }
+std::string pending_name(int p) { return "diloco.outer.pending." + std::to_string(p); }
 std::string island_name(int i, std::string_view what, const std::string& tensor) {
   return "diloco.island." + std::to_string(i) + "." + std::string(what) + "." + tensor;
 }
@@ -103,6 +104,17 @@ Status check_state(const ParamLayout& layout, const FragmentPlan& plan, const Ch
   for (int p = 0; p < plan.count(); ++p)
     if (cp.momentum[p].size() != plan.size(p))
       return mismatch("momentum of fragment " + num(p) + " holds " + num(cp.momentum[p].size()) + " values, the fragment has " + num(plan.size(p)));
+  if (!cp.outer_pending.empty()) {
+    if (cp.outer_pending.size() != static_cast<std::size_t>(plan.count()))
+      return mismatch(num(cp.outer_pending.size()) + " pending outer buffers for a plan of " + num(plan.count()) + " fragments");
+    for (int p = 0; p < plan.count(); ++p) {
+      if (cp.outer_pending[p].size() != plan.size(p))
+        return mismatch("pending outer buffer of fragment " + num(p) + " holds " + num(cp.outer_pending[p].size()) +
+                        " values, the fragment has " + num(plan.size(p)));
+      for (double x : cp.outer_pending[p])
+        if (!std::isfinite(x)) return Error{errc::non_finite, "pending outer buffer of fragment " + num(p) + " holds NaN or infinity; refusing to save"};
+    }
+  }
   std::set<int> ids;
   for (const auto& is : cp.islands) {
     if (is.island < 0 || !ids.insert(is.island).second)
@@ -135,6 +147,9 @@ std::vector<Blob> blobs_of(const ParamLayout& layout, const FragmentPlan& plan, 
   for (int p = 0; p < plan.count(); ++p)
     b.push_back({momentum_name(p), "F32", {cp.momentum[p].size()}, cp.momentum[p].data(), 4 * cp.momentum[p].size()});
   b.push_back({"diloco.rounds", "U64", {cp.rounds.size()}, cp.rounds.data(), 8 * cp.rounds.size()});
+  for (std::size_t p = 0; p < cp.outer_pending.size(); ++p)
+    b.push_back({pending_name(static_cast<int>(p)), "F64", {cp.outer_pending[p].size()}, cp.outer_pending[p].data(),
+                 8 * cp.outer_pending[p].size()});
   for (const auto& is : cp.islands) {
     add_tensors([&](const std::string& n) { return island_name(is.island, "params", n); }, is.params);
     add_tensors([&](const std::string& n) { return island_name(is.island, "adam_m", n); }, is.adam_m);
@@ -392,6 +407,16 @@ Expected<Checkpoint> parse_checkpoint(std::span<const std::byte> file, const Par
   cp.rounds.resize(plan.count());
   if (auto st = take("diloco.rounds", "U64", {static_cast<std::uint64_t>(plan.count())}, cp.rounds.data(), 8 * plan.count()); !st)
     return st.error();
+  if (by_name.count(pending_name(0))) {  // Delayed Nesterov's pending sums: all fragments or none
+    cp.outer_pending.resize(plan.count());
+    for (int p = 0; p < plan.count(); ++p) {
+      cp.outer_pending[p].resize(plan.size(p));
+      if (auto st = take(pending_name(p), "F64", {plan.size(p)}, cp.outer_pending[p].data(), 8 * plan.size(p)); !st)
+        return st.error();
+      for (double x : cp.outer_pending[p])
+        if (!std::isfinite(x)) return Error{errc::non_finite, "pending outer buffer of fragment " + num(p) + " holds NaN or infinity"};
+    }
+  }
   std::set<std::uint64_t> seen;
   for (auto id : ids) {
     if (id > 1u << 20 || !seen.insert(id).second) return corrupt("metadata diloco.islands has a repeated or absurd id " + num(id));

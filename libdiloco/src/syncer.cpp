@@ -181,6 +181,12 @@ Checkpoint SyncerCore::snapshot() const {
   cp.rounds = rounds_;
   for (std::size_t p = 0; p < outer_.size(); ++p)
     cp.metadata["syncer.outer_steps." + std::to_string(p)] = std::to_string(outer_[p].steps_taken());
+  if (!outer_.empty() && !outer_[0].pending_sum().empty()) {  // Delayed Nesterov
+    for (std::size_t p = 0; p < outer_.size(); ++p) {
+      cp.outer_pending.emplace_back(outer_[p].pending_sum().begin(), outer_[p].pending_sum().end());
+      cp.metadata["syncer.outer_pending_count." + std::to_string(p)] = std::to_string(outer_[p].pending_count());
+    }
+  }
   return cp;
 }
 
@@ -198,7 +204,11 @@ void SyncerCore::restore(const Checkpoint& cp) {
     long t = 0;
     if (auto it = cp.metadata.find("syncer.outer_steps." + std::to_string(p)); it != cp.metadata.end())
       t = std::stol(it->second);
-    outer_[p].restore(t, cp.momentum[p]);
+    int pending = 0;
+    if (auto it = cp.metadata.find("syncer.outer_pending_count." + std::to_string(p)); it != cp.metadata.end())
+      pending = std::stoi(it->second);
+    if (p < cp.outer_pending.size()) outer_[p].restore(t, cp.momentum[p], cp.outer_pending[p], pending);
+    else outer_[p].restore(t, cp.momentum[p]);
     rounds_[p] = cp.rounds[p];
     inbox_.set_round(static_cast<std::uint32_t>(p), rounds_[p]);
     pending_[p].clear();

@@ -32,6 +32,9 @@ struct Checkpoint {
   std::vector<float> params;                 // global θ, flat, ParamLayout order
   std::vector<std::vector<float>> momentum;  // per fragment p: plan.size(p) values (OuterOptimizer::momentum())
   std::vector<std::uint64_t> rounds;         // per fragment: the round number of its global values
+  // Delayed Nesterov only: per fragment the sum of contributions waiting for the next momentum
+  // step (OuterOptimizer::pending_sum()); empty for the other outer optimizers.
+  std::vector<std::vector<double>> outer_pending;
   std::vector<IslandState> islands;          // optional
   std::map<std::string, std::string> metadata;  // run metadata (config, step, ...); keys must not start "diloco."
 };
