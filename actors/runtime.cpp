@@ -29,6 +29,13 @@ SupervisorFlags flags_of(const SupervisionConfig& c, Strategy strategy) {
 
 void add_runtime_types(caf::actor_system_config& cfg) { cfg.add_message_type<WireFrame>("diloco.WireFrame"); }
 
+void configure_runtime_system(caf::actor_system_config& cfg, std::size_t threads) {
+  cfg.set("scheduler.max-threads", threads);
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.max-throughput", static_cast<std::size_t>(1));
+  add_runtime_types(cfg);
+}
+
 const char* to_string(RuntimeEvent::Kind k) {
   switch (k) {
     case RuntimeEvent::step: return "step";
@@ -99,13 +106,14 @@ double Runtime::link_delay(int island, bool up, std::size_t bytes, double now) {
   return (up ? l.up : l.down).send(bytes, now).delivered_at - now;
 }
 
-std::uint64_t Runtime::link_bytes() {
-  std::uint64_t n = 0;
+Runtime::LinkTotals Runtime::link_totals() {
+  LinkTotals t;
   for (auto& l : links) {
     std::lock_guard lk(l->mu);
-    n += l->up.bytes_carried() + l->down.bytes_carried();
+    t.bytes += l->up.bytes_carried() + l->down.bytes_carried();
+    t.retransmissions += l->up.retransmissions() + l->down.retransmissions();
   }
-  return n;
+  return t;
 }
 
 void Runtime::emit(const RuntimeEvent& e) {

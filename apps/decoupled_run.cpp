@@ -122,12 +122,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, cfg.quorum.grace, cfg.fragments.encoding, cores);
 
   caf::actor_system_config sc;
-  sc.set("scheduler.max-threads", static_cast<size_t>(cores));
-  // Fairness between islands: a shared FIFO queue and one message per turn (work stealing lets
-  // an island and its chips ping-pong on one worker while another island starves).
-  sc.set("scheduler.policy", caf::atom("sharing"));
-  sc.set("scheduler.max-throughput", static_cast<size_t>(1));
-  add_runtime_types(sc);
+  configure_runtime_system(sc, static_cast<std::size_t>(cores));
   caf::actor_system sys(sc);
   const auto start = Clock::now();
   auto root = spawn_runtime(sys, rt);
@@ -218,15 +213,11 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
               static_cast<unsigned long long>(rt->counters.dropped_stale.load()),
               static_cast<unsigned long long>(rt->counters.rejected.load()));
   if (!rt->links.empty()) {
-    std::uint64_t resent = 0;
-    for (auto& l : rt->links) {
-      std::lock_guard lk(l->mu);
-      resent += l->up.retransmissions() + l->down.retransmissions();
-    }
+    const auto links = rt->link_totals();
     std::printf("wan: %d links of %.1f Mbit/s, %.0f ms (emulated): %.2f MB carried incl. progress reports and %llu "
                 "retransmissions\n",
-                2 * cfg.train.islands, cfg.wan.bandwidth_mbps, cfg.wan.latency_ms, rt->link_bytes() / 1e6,
-                static_cast<unsigned long long>(resent));
+                2 * cfg.train.islands, cfg.wan.bandwidth_mbps, cfg.wan.latency_ms, links.bytes / 1e6,
+                static_cast<unsigned long long>(links.retransmissions));
   }
   return 0;
 }

@@ -31,10 +31,7 @@ struct Result {
 Result run(const diloco::RunConfig& cfg) {
   auto rt = std::make_shared<diloco::actors::Runtime>(cfg);
   caf::actor_system_config sc;
-  sc.set("scheduler.max-threads", static_cast<std::size_t>(std::max(1u, std::thread::hardware_concurrency())));
-  sc.set("scheduler.policy", caf::atom("sharing"));
-  sc.set("scheduler.max-throughput", static_cast<std::size_t>(1));
-  diloco::actors::add_runtime_types(sc);
+  diloco::actors::configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
   caf::actor_system sys(sc);
   const auto start = std::chrono::steady_clock::now();
   auto root = diloco::actors::spawn_runtime(sys, rt);

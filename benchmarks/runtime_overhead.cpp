@@ -25,10 +25,7 @@ using Clock = std::chrono::steady_clock;
 double run_actors(const diloco::RunConfig& cfg, std::size_t threads) {
   auto rt = std::make_shared<diloco::actors::Runtime>(cfg);
   caf::actor_system_config sc;
-  sc.set("scheduler.max-threads", threads);
-  sc.set("scheduler.policy", caf::atom("sharing"));
-  sc.set("scheduler.max-throughput", static_cast<std::size_t>(1));
-  diloco::actors::add_runtime_types(sc);
+  diloco::actors::configure_runtime_system(sc, threads);
   caf::actor_system sys(sc);
   const auto start = Clock::now();
   auto root = diloco::actors::spawn_runtime(sys, rt);

@@ -28,6 +28,12 @@ typename Inspector::result_type inspect(Inspector& f, WireFrame& x) {
 /// Registers the runtime's message types (call on every actor_system_config that runs it).
 void add_runtime_types(caf::actor_system_config& cfg);
 
+/// Configures an actor system to run the runtime on `threads` scheduler threads: registers the
+/// message types and picks the scheduler. Fairness between islands: a shared FIFO queue and one
+/// message per turn (work stealing lets an island and its chips ping-pong on one worker while
+/// another island starves, and islands drifted 2x apart in step count).
+void configure_runtime_system(caf::actor_system_config& cfg, std::size_t threads);
+
 // Message tags (CAF 0.17 atoms, at most 10 characters).
 using compute_atom = caf::atom_constant<caf::atom("dl_comp")>;     // island → chip: ChipWork
 using step_atom = caf::atom_constant<caf::atom("dl_step")>;        // island → itself: next step

@@ -100,8 +100,12 @@ struct Runtime {
   /// Seconds from `now` until a frame of `bytes` between island `island` and the syncer arrives
   /// (0 without a WAN): the link queues it behind earlier frames, adds latency, resends losses.
   double link_delay(int island, bool up, std::size_t bytes, double now);
-  /// Bytes the WAN links carried, retransmissions included (0 without a WAN).
-  std::uint64_t link_bytes();
+  /// What all WAN links carried: bytes (retransmissions included) and retransmissions.
+  struct LinkTotals {
+    std::uint64_t bytes = 0;
+    std::uint64_t retransmissions = 0;
+  };
+  LinkTotals link_totals();
 
   /// The syncer's last snapshot in memory (also written to cfg.syncer.checkpoint when set).
   std::mutex snap_mu;
