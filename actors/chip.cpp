@@ -21,7 +21,10 @@ namespace {
 caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> rt, int island, int chip) {
   detail::guard(self, "chip " + std::to_string(island) + "." + std::to_string(chip));
   auto model = std::shared_ptr<Model>(make_model(rt->cfg.model));
-  const double speed = rt->cfg.islands.speed_of(island);
+  // Under repair (a chaos kill): take our place in the directory once the repair is over.
+  const double repaired = rt->chip_repair[static_cast<std::size_t>(island)][static_cast<std::size_t>(chip)].load();
+  if (const double now = detail::now_s(self); now < repaired)
+    self->delayed_send(self, detail::micros(repaired - now), repaired_atom::value);
   ++rt->counters.live_chips;
   self->attach_functor([rt](const caf::error&) { --rt->counters.live_chips; });
   // The gradient buffer is reused once the island has let go of the previous one (no 3 MB
@@ -36,7 +39,8 @@ caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> 
         const double loss = model->loss_and_grad(*w.params, *w.batch, *grads);
         ChipResult r{chip, w.step, w.batch->num_targets(), loss, grads};
         auto dest = caf::actor_cast<caf::actor>(self->current_sender());
-        // Slower hardware is emulated: the reply waits (1/speed − 1) × the compute time.
+        // Slower hardware (or a straggler) is emulated: the reply waits (1/speed − 1) × the compute time.
+        const double speed = rt->speed(island, detail::now_s(self));
         const double slow = speed < 1.0
                                 ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
                                       (1.0 / speed - 1.0)
@@ -44,6 +48,7 @@ caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> 
         if (slow > 0.0) self->delayed_send(dest, detail::micros(slow), std::move(r));
         else self->send(dest, std::move(r));
       },
+      [=](repaired_atom) { rt->dir.set_chip(island, chip, caf::actor_cast<caf::actor>(self)); },
   };
 }
 

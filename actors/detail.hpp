@@ -51,12 +51,14 @@ inline void guard(caf::event_based_actor* self, std::string who) {
 
 /// Sends a frame between island `island` and the syncer through that island's emulated WAN link
 /// (`up`: towards the syncer): delivered when the link would deliver it, or at once without a WAN.
+/// Returns the delay it was given.
 template <class Atom>
-void send_over_link(caf::event_based_actor* self, Runtime& rt, int island, bool up, const caf::actor& dest, Atom atom,
+double send_over_link(caf::event_based_actor* self, Runtime& rt, int island, bool up, const caf::actor& dest, Atom atom,
                     WireFrame w) {
   const double delay = rt.link_delay(island, up, w.bytes.size(), now_s(self));
   if (delay > 0.0) self->delayed_send(dest, micros(delay), atom, std::move(w));
   else self->send(dest, atom, std::move(w));
+  return delay;
 }
 
 }  // namespace diloco::actors::detail

@@ -1,6 +1,7 @@
 // The island actor: a thin shell over IslandCore (libdiloco/island.hpp).
 #include "diloco/actors/island.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "detail.hpp"
+#include "diloco/ddp.hpp"
 #include "diloco/island.hpp"
 
 namespace diloco::actors {
@@ -34,7 +36,18 @@ struct IslandState {
   std::map<caf::actor_addr, int> monitored;  // chip handles we monitor
   std::vector<std::shared_ptr<const Batch>> batches;
   int incarnation = 0;
+  double step_started = 0.0;     // actor time the step in flight began (goodput)
+  std::shared_ptr<bool> live;    // joined and not dead: counted in counters.live_islands
+  // ddp: the gradient sent for the step in flight waits for the server's new parameters.
+  bool ddp_waiting = false;
+  double ddp_loss = 0.0;
+  std::uint64_t ddp_tokens = 0;
+  int ddp_chips = 0;
+  std::vector<float> ddp_grad;
 };
+
+/// Seconds since the run started: the time base of the goodput meter.
+double run_time(caf::event_based_actor* self, Runtime& rt) { return detail::now_s(self) - rt.t0.load(); }
 
 void island_try_join(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
   if (st.join_inflight) return;
@@ -58,31 +71,37 @@ void island_try_join(caf::event_based_actor* self, Runtime& rt, IslandState& st,
 void island_fire_faults(caf::event_based_actor* self, Runtime& rt, int i, long step) {
   for (std::size_t k = 0; k < rt.cfg.faults.size(); ++k) {
     const auto& f = rt.cfg.faults[k];
-    if (f.island != i || f.at_step != step || rt.fault_fired[k].exchange(true)) continue;
-    const std::string why = fmt::format("injected fault: kill {}{} at island {} step {}", f.kill,
+    if (f.at_step < 1 || f.island != i || f.at_step != step || rt.fault_fired[k].exchange(true)) continue;
+    const std::string why = fmt::format("injected fault: {} {}{} at island {} step {}", f.kill == "straggle" ? "slow" : "kill",
+                                        f.kill == "straggle" ? "island" : f.kill,
                                         f.kill == "chip" ? fmt::format(" {}", f.chip) : std::string(), i, step);
     rt.emit({RuntimeEvent::fault, i, f.kill == "chip" ? f.chip : -1, step, 0, -1, 0, {}, why, detail::now_s(self)});
     spdlog::warn("{}", why);
+    const double back = detail::now_s(self) + f.duration_s;  // repair time (0: at once)
     auto reason = caf::make_error(caf::sec::runtime_error, why);
-    if (f.kill == "chip") exit_signal(rt.dir.chip(i, f.chip), reason);
-    else if (f.kill == "syncer") exit_signal(rt.dir.syncer(), reason);
-    else self->quit(reason);
+    if (f.kill == "straggle") {
+      rt.straggle_factor[static_cast<std::size_t>(i)] = f.factor;
+      rt.straggle_until[static_cast<std::size_t>(i)] = back;
+    } else if (f.kill == "chip") {
+      rt.chip_repair[static_cast<std::size_t>(i)][static_cast<std::size_t>(f.chip)] = back;
+      exit_signal(rt.dir.chip(i, f.chip), reason);
+    } else if (f.kill == "syncer") {
+      rt.syncer_repair = back;
+      exit_signal(rt.dir.syncer(), reason);
+    } else {
+      rt.island_repair[static_cast<std::size_t>(i)] = back;
+      self->quit(reason);
+    }
   }
 }
 
 void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i);
 
-void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
-  std::vector<ChipGradient> g;
-  for (const auto& r : st.results) g.push_back({*r.grads, r.tokens, r.loss});
-  const int answered = static_cast<int>(st.results.size());
-  const double loss = st.core->apply_gradient(g);
-  st.results.clear();
-  st.stepping = false;
+/// After a step: report it, account for it, send what is due, fire step faults, go on.
+void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, double loss,
+                       std::uint64_t tokens, int answered, bool send_fragments) {
   const long step = st.core->step();
   if (!std::isnan(loss)) {
-    std::uint64_t tokens = 0;
-    for (const auto& x : g) tokens += x.tokens;
     rt.counters.tokens += tokens;
     rt.island_steps[static_cast<std::size_t>(i)] = step;
     RuntimeEvent ev{RuntimeEvent::step, i, -1, step, 0, -1, answered, {}, {}, detail::now_s(self)};
@@ -91,13 +110,14 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
     if (st.syncer) {
       detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
-      for (int p : st.core->due()) {
+      for (int p : send_fragments ? st.core->due() : std::vector<int>{}) {
         auto frame = st.core->outer_gradient_frame(p);
         if (!frame) {
           spdlog::error("island {}: fragment {} not sent: {}", i, p, frame.error().message());
           continue;
         }
         rt.counters.bytes_sent += frame->size();
+        rt.account([&](GoodputMeter& g) { g.sent(i, p); });
         detail::send_over_link(self, rt, i, true, st.syncer, fragment_atom::value, detail::to_wire(*frame));
       }
     }
@@ -117,11 +137,86 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
   else self->send(self, step_atom::value);
 }
 
+void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
+  std::vector<ChipGradient> g;
+  for (const auto& r : st.results) g.push_back({*r.grads, r.tokens, r.loss});
+  const int answered = static_cast<int>(st.results.size());
+  const double seconds = run_time(self, rt) - st.step_started;
+  if (rt.ddp()) {
+    if (answered < rt.cfg.islands.chips) {
+      // A chip died during the step: in synchronous data parallel the step is lost for all.
+      st.results.clear();
+      st.stepping = false;
+      self->delayed_send(self, detail::micros(0.01), step_atom::value);
+      return;
+    }
+    // Send the island's gradient and wait for the server's step (global_atom).
+    st.ddp_loss = combine_chips(g, st.ddp_grad, st.ddp_tokens);
+    st.ddp_chips = answered;
+    st.results.clear();
+    auto frame = gradient_frame(i, static_cast<std::uint64_t>(st.core->step()), st.ddp_tokens, st.ddp_grad);
+    if (!frame || !st.syncer) {
+      // Nobody to send to (or nothing computed): the step is lost, do it again.
+      st.stepping = false;
+      self->delayed_send(self, detail::micros(0.01), step_atom::value);
+      return;
+    }
+    rt.account([&](GoodputMeter& m) {
+      m.step(i, answered, seconds);
+      m.sent(i, 0);
+    });
+    rt.counters.bytes_sent += frame->size();
+    st.ddp_waiting = true;
+    detail::send_over_link(self, rt, i, true, st.syncer, grad_atom::value, detail::to_wire(*frame));
+    return;
+  }
+  const double loss = st.core->apply_gradient(g);
+  std::uint64_t tokens = 0;
+  for (const auto& x : g) tokens += x.tokens;
+  st.results.clear();
+  st.stepping = false;
+  if (!std::isnan(loss)) rt.account([&](GoodputMeter& m) { m.step(i, answered, seconds); });
+  island_after_step(self, rt, st, i, loss, tokens, answered, true);
+}
+
+/// ddp: the server's parameters of the next step arrived; the step in flight is done.
+void island_ddp_params(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, const WireFrame& w) {
+  auto msg = decode_message(detail::bytes_of(w));
+  if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) return;
+  auto& fm = std::get<FragmentMessage>(*msg);
+  if (fm.header.kind != FragmentKind::global_params ||
+      fm.header.base_round <= static_cast<std::uint64_t>(st.core->step()))
+    return;
+  JoinReply r;
+  r.fragments.push_back(std::move(fm));
+  st.core->heal(r, false);
+  st.core->resume_at(static_cast<long>(r.fragments[0].header.base_round));
+  const bool mine = st.ddp_waiting;
+  st.ddp_waiting = false;
+  st.stepping = false;
+  // A step the island took part in: its loss and tokens count. (Steps it missed while it was
+  // down were taken without it: in ddp that cannot happen, the server waits for everyone.)
+  island_after_step(self, rt, st, i, mine ? st.ddp_loss : std::nan(""), mine ? st.ddp_tokens : 0,
+                    mine ? st.ddp_chips : 0, false);
+}
+
 void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
   if (st.stepping || st.finished || !st.joined) return;
   if (rt.synchronous() && st.core->must_wait()) return;  // resumed by the broadcast
-  st.stepping = true;
   const int C = rt.cfg.islands.chips;
+  if (rt.ddp()) {
+    // Synchronous data parallel needs every chip: with one down, everyone waits for it.
+    for (int c = 0; c < C; ++c) {
+      auto chip = rt.dir.chip(i, c);
+      auto it = chip ? st.monitored.find(chip.address()) : st.monitored.end();
+      if (!chip || (it != st.monitored.end() && it->second < 0)) {
+        self->delayed_send(self, detail::micros(0.01), step_atom::value);
+        return;
+      }
+    }
+  }
+  st.stepping = true;
+  st.step_started = run_time(self, rt);
   st.batches.resize(static_cast<std::size_t>(C));
   for (int c = 0; c < C; ++c) {
     auto b = std::make_shared<Batch>();
@@ -155,8 +250,16 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
   st.core->resume_at(rt->island_steps[static_cast<std::size_t>(i)]);
   st.data = rt->corpus.shard(i, c.train.islands);
   st.incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
-  ++rt->counters.live_islands;
-  self->attach_functor([rt](const caf::error&) { --rt->counters.live_islands; });
+  // Alive = joined: an island under repair or still healing is not part of the run yet.
+  st.live = std::make_shared<bool>(false);
+  self->attach_functor([rt, i, live = st.live, sys = &self->home_system()](const caf::error&) {
+    const double t = std::chrono::duration<double>(sys->clock().now().time_since_epoch()).count() - rt->t0.load();
+    const int n = *live ? --rt->counters.live_islands : rt->counters.live_islands.load();
+    rt->account([&](GoodputMeter& g) {
+      g.island_lost(i);
+      g.alive(n, t);
+    });
+  });
   self->set_down_handler([self, rt, i](caf::down_msg& m) {
     auto& st = self->state;
     if (st.syncer && m.source == st.syncer.address()) {
@@ -174,7 +277,10 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
     it->second = -1;
     if (st.waiting.erase(chip) && st.waiting.empty() && st.stepping) island_finish_step(self, *rt, st, i);
   });
-  self->send(self, join_atom::value);
+  // Under repair (a chaos kill): ask to join only once the repair is over.
+  if (const double now = detail::now_s(self), back = rt->island_repair[static_cast<std::size_t>(i)].load(); now < back)
+    self->delayed_send(self, detail::micros(back - now), join_atom::value);
+  else self->send(self, join_atom::value);
   return {
       [=](join_atom) {
         self->state.join_inflight = false;
@@ -186,8 +292,20 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
         if (!msg || !std::holds_alternative<JoinReply>(*msg)) return;
         st.join_inflight = false;
         const bool rejoin = st.joined;
-        st.core->heal(std::get<JoinReply>(*msg), /*keep_local=*/rejoin);
+        const auto& reply = std::get<JoinReply>(*msg);
+        // ddp replicas are the server's parameters, always; the others keep their local progress.
+        st.core->heal(reply, /*keep_local=*/rejoin && !rt->ddp());
+        if (rt->ddp() && !reply.fragments.empty()) {
+          st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
+          st.ddp_waiting = false;
+          st.stepping = false;
+        }
         st.joined = true;
+        if (!*st.live) {
+          *st.live = true;
+          const int n = ++rt->counters.live_islands;
+          rt->account([&](GoodputMeter& g) { g.alive(n, run_time(self, *rt)); });
+        }
         RuntimeEvent ev{rejoin ? RuntimeEvent::rejoin : RuntimeEvent::heal, i, -1, st.core->step(),
                         st.core->base_round(0), -1, st.incarnation, {}, {}, detail::now_s(self)};
         rt->emit(ev);
@@ -201,6 +319,7 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
         if (st.waiting.empty()) island_finish_step(self, *rt, st, i);
       },
       [=](global_atom, const WireFrame& w) {
+        if (rt->ddp()) return island_ddp_params(self, *rt, self->state, i, w);
         auto got = self->state.core->adopt_frame(detail::bytes_of(w));
         if (!got) spdlog::warn("island {}: broadcast refused: {}", i, got.error().message());
         if (rt->synchronous()) island_start_step(self, *rt, self->state, i);  // if it was waiting

@@ -2,10 +2,14 @@
 // starts chips, islands and the syncer: root → syncer + island-i supervisors → island + chips.
 #include "diloco/actors/runtime.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 
+#include "diloco/actors/chaos.hpp"
 #include "diloco/actors/chip.hpp"
 #include "diloco/actors/island.hpp"
 #include "diloco/actors/syncer.hpp"
@@ -81,29 +85,105 @@ caf::actor Directory::chip(int i, int c) const {
   return chips_.at(static_cast<std::size_t>(i)).at(static_cast<std::size_t>(c));
 }
 
+namespace {
+
+/// The run's fault schedule: [chaos] draws plus the time-triggered [[faults]], by time.
+std::vector<ChaosEvent> make_schedule(const RunConfig& cfg) {
+  std::vector<ChaosEvent> ev;
+  if (cfg.chaos.enabled) ev = chaos_schedule(cfg.chaos, cfg.train.islands, cfg.islands.chips, site_count(cfg));
+  for (const auto& f : cfg.faults) {
+    if (f.at_s < 0.0) continue;
+    ChaosEvent e;
+    e.at_s = f.at_s;
+    e.duration_s = f.duration_s;
+    if (f.kill == "chip") e.kind = ChaosEvent::kill_chip, e.island = f.island, e.chip = f.chip;
+    else if (f.kill == "island") e.kind = ChaosEvent::kill_island, e.island = f.island;
+    else if (f.kill == "syncer") e.kind = ChaosEvent::kill_syncer;
+    else if (f.kill == "straggle") e.kind = ChaosEvent::straggle, e.island = f.island, e.factor = f.factor;
+    else e.kind = ChaosEvent::partition, e.site = site_index(cfg, f.site);
+    ev.push_back(e);
+  }
+  std::stable_sort(ev.begin(), ev.end(), [](const ChaosEvent& a, const ChaosEvent& b) { return a.at_s < b.at_s; });
+  return ev;
+}
+
+}  // namespace
+
 Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
     : cfg(std::move(c)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
-                              cfg.train.mode == "diloco" ? 1 : cfg.fragments.count)),
+                              cfg.train.mode == "diloco" || cfg.train.mode == "ddp" ? 1 : cfg.fragments.count)),
       initial(layout_model->layout().size()), dir(cfg.train.islands, cfg.islands.chips),
       island_steps(static_cast<std::size_t>(cfg.train.islands)),
       incarnations(static_cast<std::size_t>(cfg.train.islands)), fault_fired(cfg.faults.size()),
-      on_event_(std::move(on_event)) {
+      schedule(make_schedule(cfg)), island_repair(static_cast<std::size_t>(cfg.train.islands)),
+      chip_repair(static_cast<std::size_t>(cfg.train.islands)),
+      straggle_until(static_cast<std::size_t>(cfg.train.islands)),
+      straggle_factor(static_cast<std::size_t>(cfg.train.islands)), on_event_(std::move(on_event)) {
   layout_model->init(initial, cfg.train.seed);
   global = initial;
   for (auto& s : island_steps) s = 0;
   for (auto& n : incarnations) n = 0;
   for (auto& f : fault_fired) f = false;
-  if (cfg.wan.enabled)
-    for (int i = 0; i < cfg.train.islands; ++i)
-      links.push_back(std::make_unique<Links>(link_config(cfg, i, true), link_config(cfg, i, false)));
+  for (auto& r : island_repair) r = 0.0;
+  for (auto& v : chip_repair) {
+    v = std::vector<std::atomic<double>>(static_cast<std::size_t>(cfg.islands.chips));
+    for (auto& r : v) r = 0.0;
+  }
+  for (auto& u : straggle_until) u = 0.0;
+  for (auto& f : straggle_factor) f = 1.0;
+  goodput = std::make_unique<GoodputMeter>(cfg.train.islands, cfg.islands.chips, plan.count(),
+                                           ddp() || synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
+                                           cfg.chaos.downtime_gap_s, 0.0);
+  // Links per site: emulated WAN when enabled; an ideal link (no delay) that only honours the
+  // scheduled partitions otherwise.
+  const int S = site_count(cfg);
+  std::vector<std::vector<Partition>> cuts(static_cast<std::size_t>(S));
+  for (const auto& e : schedule)
+    if (e.kind == ChaosEvent::partition && e.site >= 0 && e.site < S)
+      cuts[static_cast<std::size_t>(e.site)].push_back({e.at_s, e.at_s + e.duration_s});
+  bool any_cut = false;
+  for (auto& v : cuts) {
+    // Overlapping cuts (a [[faults]] partition inside a chaos one) become one.
+    std::sort(v.begin(), v.end(), [](const Partition& a, const Partition& b) { return a.start_s < b.start_s; });
+    std::vector<Partition> merged;
+    for (const auto& p : v) {
+      if (!merged.empty() && p.start_s <= merged.back().end_s) merged.back().end_s = std::max(merged.back().end_s, p.end_s);
+      else merged.push_back(p);
+    }
+    v = std::move(merged);
+    any_cut = any_cut || !v.empty();
+  }
+  if (cfg.wan.enabled || any_cut)
+    for (int s = 0; s < S; ++s) {
+      auto up = link_config(cfg, s, true), down = link_config(cfg, s, false);
+      if (!cfg.wan.enabled) {
+        for (auto* l : {&up, &down}) l->bandwidth_Bps = 1e18, l->latency_s = 0.0, l->jitter_s = 0.0, l->loss = 0.0;
+      }
+      up.partitions = down.partitions = cuts[static_cast<std::size_t>(s)];
+      links.push_back(std::make_unique<Links>(std::move(up), std::move(down)));
+    }
+}
+
+double Runtime::speed(int island, double now) const {
+  double v = cfg.islands.speed_of(island);
+  const auto i = static_cast<std::size_t>(island);
+  if (i < straggle_until.size() && now < straggle_until[i].load()) v *= straggle_factor[i].load();
+  return v;
+}
+
+GoodputMeter::Report Runtime::goodput_report(double now) {
+  std::lock_guard lk(goodput_mu);
+  return goodput->report(now - t0.load());
 }
 
 double Runtime::link_delay(int island, bool up, std::size_t bytes, double now) {
-  if (links.empty() || island < 0 || static_cast<std::size_t>(island) >= links.size()) return 0.0;
-  auto& l = *links[static_cast<std::size_t>(island)];
+  const int site = site_of(cfg, island);
+  if (links.empty() || site < 0 || static_cast<std::size_t>(site) >= links.size()) return 0.0;
+  auto& l = *links[static_cast<std::size_t>(site)];
+  const double t = now - t0.load();
   std::lock_guard lk(l.mu);
-  return (up ? l.up : l.down).send(bytes, now).delivered_at - now;
+  return (up ? l.up : l.down).send(bytes, t).delivered_at - t;
 }
 
 Runtime::LinkTotals Runtime::link_totals() {
@@ -121,15 +201,23 @@ void Runtime::emit(const RuntimeEvent& e) {
   if (on_event_) on_event_(e);
 }
 
-caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink) {
+caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink, SpawnSet what) {
   const auto& c = rt->cfg;
+  rt->t0 = std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count();
+  // A unit under repair (chaos.hpp) is started by its supervisor but registers itself only when
+  // the repair is over; until then the others find its dead predecessor and carry on without it.
+  auto now_of = [](caf::event_based_actor* sup) {
+    return std::chrono::duration<double>(sup->clock().now().time_since_epoch()).count();
+  };
   std::vector<Child> root_children;
-  root_children.push_back(Child{ChildSpec{"syncer", Restart::permanent, 1.0}, [rt](caf::event_based_actor* sup) {
-                                  auto a = spawn_syncer(sup, rt);
-                                  rt->dir.set_syncer(a);
-                                  return a;
-                                }});
+  if (what.syncer)
+    root_children.push_back(Child{ChildSpec{"syncer", Restart::permanent, 1.0}, [rt, now_of](caf::event_based_actor* sup) {
+                                    auto a = spawn_syncer(sup, rt);
+                                    if (now_of(sup) >= rt->syncer_repair.load()) rt->dir.set_syncer(a);
+                                    return a;
+                                  }});
   for (int i = 0; i < c.train.islands; ++i) {
+    if (!what.all_islands && std::find(what.islands.begin(), what.islands.end(), i) == what.islands.end()) continue;
     std::vector<Child> kids;
     kids.push_back(Child{ChildSpec{"island", Restart::permanent, 1.0}, [rt, i](caf::event_based_actor* sup) {
                            auto a = spawn_island(sup, rt, i);
@@ -138,9 +226,10 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
                          }});
     for (int ch = 0; ch < c.islands.chips; ++ch)
       kids.push_back(Child{ChildSpec{"chip-" + std::to_string(ch), Restart::permanent, 1.0},
-                           [rt, i, ch](caf::event_based_actor* sup) {
+                           [rt, i, ch, now_of](caf::event_based_actor* sup) {
                              auto a = spawn_chip(sup, rt, i, ch);
-                             rt->dir.set_chip(i, ch, a);
+                             if (now_of(sup) >= rt->chip_repair[static_cast<std::size_t>(i)][static_cast<std::size_t>(ch)].load())
+                               rt->dir.set_chip(i, ch, a);
                              return a;
                            }});
     const std::string name = "island-" + std::to_string(i);
@@ -148,8 +237,10 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
                              supervisor_child(name, flags_of(c.supervision, parse_strategy(c.supervision.strategy)),
                                               std::move(kids), sink)});
   }
-  return spawn_supervisor(sys, "root", flags_of(c.supervision, Strategy::one_for_one), std::move(root_children),
-                          std::move(sink));
+  auto root = spawn_supervisor(sys, "root", flags_of(c.supervision, Strategy::one_for_one), std::move(root_children),
+                               std::move(sink));
+  if (!rt->schedule.empty()) spawn_chaos(sys, rt, std::move(what), root);
+  return root;
 }
 
 }  // namespace diloco::actors

@@ -1,6 +1,7 @@
 // The syncer actor: a thin shell over SyncerCore (libdiloco/syncer.hpp).
 #include "diloco/actors/syncer.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -14,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "detail.hpp"
+#include "diloco/ddp.hpp"
 #include "diloco/syncer.hpp"
 
 namespace diloco::actors {
@@ -28,6 +30,8 @@ namespace {
 
 struct SyncerState {
   std::unique_ptr<SyncerCore> core;
+  std::shared_ptr<DdpServer> ddp;          // train.mode "ddp": the parameter server instead
+  double t_sync = 0.0;                     // merge + broadcast time estimate (adaptive grace)
   std::map<int, caf::actor> islands;       // registered islands by id
   std::map<int, double> last_progress;     // for the inner step time estimate
   double t_step = 0.0;
@@ -35,9 +39,52 @@ struct SyncerState {
   double pending_tick = std::numeric_limits<double>::infinity();
 };
 
+/// Publishes new global parameters to the app (rt.global, rt.new_rounds).
+void publish_global(Runtime& rt, std::span<const float> params, std::uint64_t round, bool new_round) {
+  std::lock_guard lk(rt.global_mu);
+  rt.global.assign(params.begin(), params.end());
+  if (new_round && round > rt.global_round) {
+    rt.new_rounds.emplace_back(round, rt.global);
+    if (rt.new_rounds.size() > Runtime::max_new_rounds) rt.new_rounds.pop_front();
+  }
+  rt.global_round = std::max(rt.global_round, round);
+}
+
+/// ddp: when every island's gradient is in, step and send everyone the new parameters.
+void syncer_ddp_poll(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
+  auto& st = self->state;
+  auto step = st.ddp->poll();
+  if (!step) return;
+  const double now = detail::now_s(self);
+  auto frame = st.ddp->params_frame();
+  if (frame) {
+    auto w = detail::to_wire(*frame);
+    for (auto& [id, a] : st.islands) {
+      rt.counters.bytes_sent += w.bytes.size();
+      detail::send_over_link(self, rt, id, false, a, global_atom::value, w);
+    }
+  }
+  std::vector<int> all;
+  for (int i = 0; i < rt.cfg.train.islands; ++i) all.push_back(i);
+  rt.account([&](GoodputMeter& g) {
+    for (int i : all) g.merged(i, 0);
+    g.commit(now - rt.t0.load());
+  });
+  ++rt.counters.commits;
+  rt.counters.merged_tokens = st.ddp->tokens_merged();
+  rt.emit({RuntimeEvent::commit, -1, -1, 0, *step, 0, rt.cfg.train.islands, all, {}, now});
+  // Reports once per H steps, like the reference loop (a global round of ddp is H steps).
+  const auto H = static_cast<std::uint64_t>(rt.cfg.train.H);
+  const bool report = *step % H == 0 || *step == static_cast<std::uint64_t>(rt.cfg.train.steps);
+  if (report) publish_global(rt, st.ddp->params(), (*step + H - 1) / H, true);
+}
+
 void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   auto& st = self->state;
+  if (st.ddp) return syncer_ddp_poll(self, rt);
   const double now = detail::now_s(self);
+  const auto t_begin = std::chrono::steady_clock::now();
+  double t_link = 0.0;
   auto commits = st.core->poll(now);
   for (const auto& c : commits) {
     auto frame = st.core->global_frame(c.fragment);
@@ -45,22 +92,24 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
       auto w = detail::to_wire(*frame);
       for (auto& [id, a] : st.islands) {
         rt.counters.bytes_sent += w.bytes.size();
-        detail::send_over_link(self, rt, id, false, a, global_atom::value, w);
+        t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, a, global_atom::value, w));
       }
     }
     rt.counters.merged_tokens += c.tokens;
     ++rt.counters.commits;
+    rt.account([&](GoodputMeter& g) {
+      for (int i : c.islands) g.merged(i, c.fragment);
+      g.commit(now - rt.t0.load());
+    });
     rt.emit({RuntimeEvent::commit, -1, -1, 0, c.round, c.fragment, c.merged, c.islands, {}, now});
   }
   if (!commits.empty()) {
-    std::lock_guard lk(rt.global_mu);
-    rt.global.assign(st.core->params().begin(), st.core->params().end());
-    if (st.core->global_round() > rt.global_round) {
-      rt.new_rounds.emplace_back(st.core->global_round(), rt.global);
-      if (rt.new_rounds.size() > Runtime::max_new_rounds) rt.new_rounds.pop_front();
-    }
-    rt.global_round = st.core->global_round();
+    // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery.
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count() + t_link;
+    st.t_sync = st.t_sync == 0.0 ? t : 0.9 * st.t_sync + 0.1 * t;
+    st.core->set_timing(st.t_step, st.t_sync);
   }
+  if (!commits.empty()) publish_global(rt, st.core->params(), st.core->global_round(), true);
   if (st.core->snapshot_due()) {
     auto cp = st.core->snapshot();
     if (!rt.cfg.syncer.checkpoint.empty()) {
@@ -100,9 +149,25 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     s.merge.rda = false;
   }
   st.core = std::make_unique<SyncerCore>(rt->plan, rt->initial, s);
+  // Under repair (a chaos kill): take our place in the directory once it is over; until then
+  // islands find the dead predecessor and keep training on their own.
+  if (const double now = detail::now_s(self), back = rt->syncer_repair.load(); now < back)
+    self->delayed_send(self, detail::micros(back - now), repaired_atom::value);
+  if (rt->ddp()) {
+    // The parameter server's state lives on across restarts in this process; the gradients of
+    // the step in flight are gone with the old actor and the islands send them again.
+    if (!rt->ddp_server)
+      rt->ddp_server = std::make_shared<DdpServer>(rt->layout_model->layout(), rt->initial, c.inner, c.train.islands);
+    st.ddp = rt->ddp_server;
+    st.ddp->clear_pending();
+    if (++rt->syncer_starts > 1)
+      rt->emit({RuntimeEvent::restore, -1, -1, 0, st.ddp->step(), -1, 0, {}, "ddp server state kept in memory",
+                detail::now_s(self)});
+  }
   // Restart: resume from the last snapshot (the file when configured, else memory).
   std::optional<Checkpoint> cp;
-  if (!c.syncer.checkpoint.empty() && std::filesystem::exists(c.syncer.checkpoint)) {
+  if (rt->ddp()) {
+  } else if (!c.syncer.checkpoint.empty() && std::filesystem::exists(c.syncer.checkpoint)) {
     auto got = load_checkpoint(c.syncer.checkpoint, rt->layout_model->layout(), rt->plan, LoadOptions{false});
     if (got) cp = std::move(*got);
     else spdlog::error("syncer: snapshot {} unusable: {}", c.syncer.checkpoint, got.error().message());
@@ -110,7 +175,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     std::lock_guard lk(rt->snap_mu);
     cp = rt->last_snapshot;
   }
-  const bool restart = ++rt->syncer_starts > 1;
+  const bool restart = !rt->ddp() && ++rt->syncer_starts > 1;
   if (cp) {
     st.core->restore(*cp);
     rt->emit({RuntimeEvent::restore, -1, -1, 0, st.core->global_round(), -1, 0, {}, "from the last snapshot",
@@ -144,9 +209,10 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         st.islands[id] = who;
         self->monitor(who);
         st.core->set_live_islands(static_cast<int>(st.islands.size()));
-        auto reply = detail::to_wire(encode_message(st.core->join_reply()));
+        auto reply = detail::to_wire(encode_message(st.ddp ? st.ddp->join_reply() : st.core->join_reply()));
         rt->counters.bytes_sent += reply.bytes.size();
-        rt->emit({RuntimeEvent::join, id, -1, 0, st.core->global_round(), -1, 0, {}, {}, detail::now_s(self)});
+        rt->emit({RuntimeEvent::join, id, -1, 0, st.ddp ? st.ddp->step() : st.core->global_round(), -1, 0, {}, {},
+                  detail::now_s(self)});
         detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
       },
       [=](progress_atom, const WireFrame& w) {
@@ -158,13 +224,31 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (auto it = st.last_progress.find(id); it != st.last_progress.end() && now > it->second)
           st.t_step = st.t_step == 0.0 ? now - it->second : 0.9 * st.t_step + 0.1 * (now - it->second);
         st.last_progress[id] = now;
-        st.core->set_timing(st.t_step, 0.0);
+        if (st.core) st.core->set_timing(st.t_step, st.t_sync);
+      },
+      [=](repaired_atom) { rt->dir.set_syncer(caf::actor_cast<caf::actor>(self)); },
+      [=](grad_atom, const WireFrame& w) {
+        auto& st = self->state;
+        if (!st.ddp) return;
+        auto got = st.ddp->receive(detail::bytes_of(w));
+        if (!got) {
+          ++rt->counters.rejected;
+          rt->emit({RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {}, got.error().message(), detail::now_s(self)});
+          return;
+        }
+        syncer_after_receive(self, *rt);
       },
       [=](fragment_atom, const WireFrame& w) {
+        if (!self->state.core || self->state.ddp) return;
         auto got = self->state.core->receive(detail::bytes_of(w), detail::now_s(self));
         if (!got) {
           const bool stale = got.error().code == errc::stale_round;
           ++(stale ? rt->counters.dropped_stale : rt->counters.rejected);
+          if (stale)
+            if (auto m = decode_message(detail::bytes_of(w)); m && std::holds_alternative<FragmentMessage>(*m)) {
+              const auto& h = std::get<FragmentMessage>(*m).header;
+              rt->account([&](GoodputMeter& g) { g.dropped(h.island, static_cast<int>(h.index)); });
+            }
           rt->emit({stale ? RuntimeEvent::dropped : RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {},
                     got.error().message(), detail::now_s(self)});
           return;

@@ -126,6 +126,13 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   caf::actor_system sys(sc);
   const auto start = Clock::now();
   auto root = spawn_runtime(sys, rt);
+  auto actor_now = [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
+  if (!rt->schedule.empty()) {
+    spdlog::info("fault schedule: {} events (hash {:016x}){}", rt->schedule.size(), schedule_hash(rt->schedule),
+                 cfg.chaos.enabled ? fmt::format(", chaos seed {}", cfg.chaos.seed) : std::string());
+    for (std::size_t k = 0; k < rt->schedule.size() && k < 8; ++k) spdlog::info("  {}", rt->schedule[k].describe());
+    if (rt->schedule.size() > 8) spdlog::info("  ... and {} more", rt->schedule.size() - 8);
+  }
   // If the tree gives up (restart intensity exceeded at the root), stop waiting for islands.
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   auto tree_reason = std::make_shared<std::string>();
@@ -150,9 +157,8 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     last_eval = evaluate(*model, global, eval);
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const auto tokens = rt->counters.tokens.load();
-    const double goodput = tokens ? static_cast<double>(rt->counters.merged_tokens.load()) /
-                                        (static_cast<double>(tokens) * rt->P())
-                                  : 0.0;
+    const auto gp = rt->goodput_report(actor_now());
+    const double goodput = gp.goodput;
     std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%\n", static_cast<unsigned long long>(round), train,
                 last_eval, tokens / std::max(secs, 1e-9), rt->counters.live_islands.load(),
                 rt->counters.live_chips.load(), rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, rt->counters.bytes_sent.load() / 1e6,
@@ -161,7 +167,9 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     if (jsonl)
       jsonl << "{\"round\":" << round << ",\"train_loss\":" << (std::isfinite(train) ? std::to_string(train) : "null")
             << ",\"eval_loss\":" << last_eval << ",\"tokens\":" << tokens << ",\"bytes\":" << rt->counters.bytes_sent.load()
-            << ",\"goodput\":" << goodput << ",\"seconds\":" << secs << "}\n";
+            << ",\"goodput\":" << goodput << ",\"useful_chip_s\":" << gp.useful_chip_s
+            << ",\"provisioned_chip_s\":" << gp.provisioned_chip_s << ",\"downtime_s\":" << gp.global_downtime_s
+            << ",\"live_islands\":" << rt->counters.live_islands.load() << ",\"seconds\":" << secs << "}\n";
   };
   // The main thread only watches: it evaluates the global parameters when a global round lands.
   auto done = [&] { return rt->counters.islands_done.load() >= cfg.train.islands; };
@@ -188,6 +196,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  const auto gp = rt->goodput_report(actor_now());
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   std::vector<float> final_params;
   {
@@ -203,20 +212,29 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
               final_eval);
   if (auto floor = corpus.entropy_floor())
     std::printf(" (entropy floor %.4f, unigram entropy %.4f)", *floor, corpus.unigram_entropy());
-  std::printf(", %llu tokens in %.1f s (%.0f tok/s), %.2f MB on the wire, goodput %.1f%%",
+  std::printf(", %llu tokens in %.1f s (%.0f tok/s), %.2f MB on the wire",
               static_cast<unsigned long long>(tokens), secs, tokens / std::max(secs, 1e-9),
-              rt->counters.bytes_sent.load() / 1e6,
-              tokens ? 100.0 * static_cast<double>(rt->counters.merged_tokens.load()) / (static_cast<double>(tokens) * rt->P())
-                     : 0.0);
+              rt->counters.bytes_sent.load() / 1e6);
   std::printf("; %llu fragment commits, %llu late contributions dropped, %llu frames refused\n",
               static_cast<unsigned long long>(rt->counters.commits.load()),
               static_cast<unsigned long long>(rt->counters.dropped_stale.load()),
               static_cast<unsigned long long>(rt->counters.rejected.load()));
+  std::printf("goodput %.1f%%: %.1f of %.1f chip-seconds reached the global model (lost: %.1f to failures, %.1f to "
+              "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
+              100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
+              gp.in_flight_chip_s, gp.global_downtime_s);
+  if (jsonl)
+    jsonl << "{\"summary\":true,\"mode\":\"" << cfg.train.mode << "\",\"final_eval_loss\":" << final_eval
+          << ",\"seconds\":" << secs << ",\"tokens\":" << tokens << ",\"bytes\":" << rt->counters.bytes_sent.load()
+          << ",\"goodput\":" << gp.goodput << ",\"useful_chip_s\":" << gp.useful_chip_s
+          << ",\"provisioned_chip_s\":" << gp.provisioned_chip_s << ",\"downtime_s\":" << gp.global_downtime_s
+          << ",\"faults\":" << rt->schedule.size() << ",\"schedule_hash\":\"" << fmt::format("{:016x}", schedule_hash(rt->schedule))
+          << "\"}\n";
   if (!rt->links.empty()) {
     const auto links = rt->link_totals();
     std::printf("wan: %d links of %.1f Mbit/s, %.0f ms (emulated): %.2f MB carried incl. progress reports and %llu "
                 "retransmissions\n",
-                2 * cfg.train.islands, cfg.wan.bandwidth_mbps, cfg.wan.latency_ms, links.bytes / 1e6,
+                2 * site_count(cfg), cfg.wan.bandwidth_mbps, cfg.wan.latency_ms, links.bytes / 1e6,
                 static_cast<unsigned long long>(links.retransmissions));
   }
   return 0;

@@ -35,7 +35,10 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   }
   diloco::RunConfig cfg = path.empty() ? diloco::parse_config("", overrides, "defaults")
                                        : diloco::load_config(path, overrides);
-  if (cfg.train.mode == "decoupled" || (on_actors && cfg.train.mode != "ddp")) return run_decoupled(cfg, metrics, path);
+  if (cfg.train.mode == "decoupled" || on_actors) return run_decoupled(cfg, metrics, path);
+  if (cfg.chaos.enabled || !cfg.faults.empty() || cfg.wan.enabled || !cfg.sites.empty())
+    spdlog::warn("the reference loop ignores [chaos], [[faults]], [wan] and [[sites]]: add --actors to run {} on the "
+                 "actor runtime with them", cfg.train.mode);
   std::ofstream jsonl;
   if (!metrics.empty()) {
     jsonl.open(metrics);
@@ -342,7 +345,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--seed", seed, "seed for both the model initialisation and the data");
   bool on_actors = false;
   run_cmd->add_flag("--actors", on_actors,
-                    "run diloco / streaming on the actor runtime (synchronous rounds) instead of the reference loop");
+                    "run ddp / diloco / streaming on the actor runtime (synchronous, with faults, chaos and WAN links) "
+                    "instead of the reference loop");
 
   app.add_subcommand("config", "print the default configuration with every key documented");
 

@@ -19,6 +19,8 @@ enum Encoding {
 enum FragmentKind {
   outerGradient @0;  # island -> syncer: delta = global - local, based on `baseRound`
   globalParams @1;   # syncer -> island: the global fragment as of round `baseRound`
+  gradient @2;       # ddp, island -> syncer: the island's token-weighted mean gradient on the
+                     # parameters of step `baseRound` (tokens: its tokens, steps: 1)
 }
 
 struct Fragment {

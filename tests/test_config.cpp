@@ -167,3 +167,70 @@ at_step = 0
   BOOST_TEST(mentions(problems_of("[islands]\nspeed = 1.0\n"), "islands.speed: expected an array"));
   BOOST_TEST(mentions(problems_of("[faults]\nkill = \"chip\"\n"), "faults: must be an array of tables"));
 }
+
+BOOST_AUTO_TEST_CASE(sites_net_and_chaos_problems_name_the_key) {
+  const auto q = problems_of(R"(
+[train]
+islands = 3
+[[sites]]
+name = "us east"
+islands = [0, 1]
+[[sites]]
+name = "eu"
+islands = [1, 7]
+bandwidth_mbps = 0.0
+[net]
+heartbeat_ms = 500.0
+timeout_ms = 400.0
+reconnect_initial_ms = 100.0
+reconnect_max_ms = 50.0
+[chaos]
+chip_mtbf_s = -1.0
+straggler_factor = 1.5
+[[faults]]
+kill = "partition"
+site = "mars"
+at_step = 3
+)");
+  for (auto key : {"sites[0].name", "sites[1].islands: island 1 is already at site", "sites[1].islands: no island 7",
+                   "sites[1].bandwidth_mbps", "sites: island 2 belongs to no site", "net.timeout_ms",
+                   "net.reconnect_max_ms", "chaos.chip_mtbf_s", "chaos.straggler_factor", "faults[0].site",
+                   "faults[0].duration_s", "faults[0].at_s"})
+    BOOST_TEST(mentions(q, key), key);
+  BOOST_TEST(mentions(problems_of("[[sites]]\nname = \"a\"\nislands = [0, -1]\n"), "sites[0].islands: expected an array"));
+}
+
+BOOST_AUTO_TEST_CASE(sites_share_a_link_and_override_the_wan_settings) {
+  const auto cfg = diloco::parse_config(R"(
+[train]
+islands = 3
+[wan]
+bandwidth_mbps = 100.0
+latency_ms = 40.0
+[[sites]]
+name = "us-east"
+islands = [2, 0]
+bandwidth_mbps = 2000.0
+[[sites]]
+name = "eu-west"
+islands = [1]
+latency_ms = 80.0
+)");
+  BOOST_TEST(diloco::site_count(cfg) == 2);
+  BOOST_TEST(diloco::site_of(cfg, 0) == 0);
+  BOOST_TEST(diloco::site_of(cfg, 1) == 1);
+  BOOST_TEST(diloco::site_of(cfg, 2) == 0);
+  BOOST_TEST((diloco::islands_of_site(cfg, 0) == std::vector<int>{0, 2}));
+  BOOST_TEST(diloco::site_index(cfg, "eu-west") == 1);
+  BOOST_TEST(diloco::site_index(cfg, "nowhere") == -1);
+  const auto us = diloco::link_config(cfg, 0, true), eu = diloco::link_config(cfg, 1, false);
+  BOOST_TEST(us.bandwidth_Bps == 2000e6 / 8.0);
+  BOOST_TEST(us.latency_s == 0.040, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(eu.bandwidth_Bps == 100e6 / 8.0);
+  BOOST_TEST(eu.latency_s == 0.080, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(us.seed != eu.seed);
+  // Without [[sites]] every island is a site of its own.
+  const auto plain = diloco::parse_config("[train]\nislands = 2\n");
+  BOOST_TEST(diloco::site_count(plain) == 2);
+  BOOST_TEST(diloco::site_name(plain, 1) == "island-1");
+}

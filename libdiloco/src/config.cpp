@@ -21,7 +21,8 @@ namespace diloco {
 namespace {
 
 using FieldPtr =
-    std::variant<int*, long*, std::uint64_t*, double*, float*, bool*, std::string*, std::vector<double>*>;
+    std::variant<int*, long*, std::uint64_t*, double*, float*, bool*, std::string*, std::vector<double>*,
+                 std::vector<int>*>;
 
 struct Field {
   std::string_view section, key;
@@ -117,6 +118,28 @@ std::vector<Field> fields(RunConfig& c) {
       {"supervision", "backoff_initial_s", &c.supervision.backoff_initial_s, "delay before a child's first restart"},
       {"supervision", "backoff_max_s", &c.supervision.backoff_max_s, "cap of the exponential restart back-off"},
       {"supervision", "backoff_factor", &c.supervision.backoff_factor, "growth of the back-off per recent restart"},
+
+      {"chaos", "enabled", &c.chaos.enabled, "decoupled/ddp on actors: inject the seeded fault schedule below"},
+      {"chaos", "seed", &c.chaos.seed, "seeds the fault schedule (same seed and topology: same schedule)"},
+      {"chaos", "chip_mtbf_s", &c.chaos.chip_mtbf_s, "mean time between failures of each chip, s (0: none)"},
+      {"chaos", "island_mtbf_s", &c.chaos.island_mtbf_s, "mean time between failures of each island, s (0: none)"},
+      {"chaos", "syncer_mtbf_s", &c.chaos.syncer_mtbf_s, "mean time between failures of the syncer, s (0: none)"},
+      {"chaos", "repair_s", &c.chaos.repair_s, "a killed unit can start again this long after its kill, s"},
+      {"chaos", "straggler_mtbf_s", &c.chaos.straggler_mtbf_s, "mean time between slow spells of each island, s (0: none)"},
+      {"chaos", "straggler_factor", &c.chaos.straggler_factor, "speed of a straggling island, in (0, 1]"},
+      {"chaos", "straggler_s", &c.chaos.straggler_s, "length of a slow spell, s"},
+      {"chaos", "partition_mtbf_s", &c.chaos.partition_mtbf_s, "mean time between partitions of each site's link, s (0: none)"},
+      {"chaos", "partition_s", &c.chaos.partition_s, "length of a partition, s"},
+      {"chaos", "horizon_s", &c.chaos.horizon_s, "no fault is scheduled later than this, s"},
+      {"chaos", "downtime_gap_s", &c.chaos.downtime_gap_s,
+       "goodput: waiting longer than this for a global commit with ≥ K islands alive is global downtime, s"},
+
+      {"net", "listen", &c.net.listen, "diloco syncer: bind address host:port (loopback by default)"},
+      {"net", "certs", &c.net.certs, "directory from scripts/make-certs.sh: ca.pem, <site>.pem, <site>.key"},
+      {"net", "heartbeat_ms", &c.net.heartbeat_ms, "period of a site's heartbeats to the syncer, ms"},
+      {"net", "timeout_ms", &c.net.timeout_ms, "a site silent this long counts as lost (its islands leave the quorum), ms"},
+      {"net", "reconnect_initial_ms", &c.net.reconnect_initial_ms, "first delay before reconnecting, ms (doubles per attempt)"},
+      {"net", "reconnect_max_ms", &c.net.reconnect_max_ms, "cap of the reconnect delay, ms"},
   };
 }
 
@@ -126,7 +149,23 @@ std::vector<Field> fault_fields(FaultSpec& f) {
       {"faults", "kill", &f.kill, "\"chip\", \"island\" or \"syncer\""},
       {"faults", "island", &f.island, "the island whose local step triggers the fault (and owns the chip)"},
       {"faults", "chip", &f.chip, "kill = \"chip\": which chip of the island"},
-      {"faults", "at_step", &f.at_step, "fires once, when that island finishes this local step"},
+      {"faults", "at_step", &f.at_step, "fires once, when that island finishes this local step (0: use at_s)"},
+      {"faults", "at_s", &f.at_s, "fires once, this many seconds after the start (<0: use at_step)"},
+      {"faults", "site", &f.site, "kill = \"partition\": the site whose link to the syncer is cut"},
+      {"faults", "duration_s", &f.duration_s, "straggle/partition: how long; kills: repair time before the restart"},
+      {"faults", "factor", &f.factor, "kill = \"straggle\": the island's speed meanwhile, in (0, 1]"},
+  };
+}
+
+// Keys of one [[sites]] table.
+std::vector<Field> site_fields(SiteSpec& s) {
+  return {
+      {"sites", "name", &s.name, "the site's name (its certificate's CN in multi-process runs)"},
+      {"sites", "islands", &s.islands, "the islands at this site, e.g. [0, 1]"},
+      {"sites", "bandwidth_mbps", &s.bandwidth_mbps, "this site's link to the syncer, Mbit/s per direction (<0: [wan])"},
+      {"sites", "latency_ms", &s.latency_ms, "one-way latency of this site's link, ms (<0: [wan])"},
+      {"sites", "jitter_ms", &s.jitter_ms, "jitter of this site's link, ms (<0: [wan])"},
+      {"sites", "loss", &s.loss, "loss probability of this site's link (<0: [wan])"},
   };
 }
 
@@ -177,6 +216,19 @@ void assign(const toml::node& n, FieldPtr ptr, const std::string& key, std::vect
             out.push_back(*v);
           }
           *dst = std::move(out);
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          const auto* arr = n.as_array();
+          std::vector<int> out;
+          for (std::size_t k = 0; arr && k < arr->size(); ++k) {
+            auto v = arr->get(k)->value_exact<std::int64_t>();
+            if (!v || *v < 0 || *v > std::numeric_limits<int>::max()) {
+              arr = nullptr;
+              break;
+            }
+            out.push_back(static_cast<int>(*v));
+          }
+          if (!arr) errs.push_back(key + ": expected an array of non-negative integers");
+          else *dst = std::move(out);
         } else if constexpr (std::is_floating_point_v<T>) {
           std::optional<double> v = n.is_integer() ? std::optional<double>(static_cast<double>(*n.value<std::int64_t>()))
                                                    : n.value_exact<double>();
@@ -219,6 +271,10 @@ std::string format_value(FieldPtr ptr) {
             s += (i ? ", " : "") + x;
           }
           return s + "]";
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          std::string s = "[";
+          for (std::size_t i = 0; i < v->size(); ++i) s += (i ? ", " : "") + std::to_string((*v)[i]);
+          return s + "]";
         } else if constexpr (std::is_floating_point_v<T>) {
           char buf[64];
           auto r = std::to_chars(buf, buf + sizeof buf, *v);
@@ -257,14 +313,44 @@ std::vector<std::string> validate(const ModelConfig& m) {
   return e;
 }
 
-LinkConfig link_config(const RunConfig& c, int island, bool up) {
+int site_count(const RunConfig& c) { return c.sites.empty() ? c.train.islands : static_cast<int>(c.sites.size()); }
+
+int site_of(const RunConfig& c, int island) {
+  if (c.sites.empty()) return island;
+  for (std::size_t s = 0; s < c.sites.size(); ++s)
+    for (int i : c.sites[s].islands)
+      if (i == island) return static_cast<int>(s);
+  return -1;  // validate() refuses configs that leave an island out
+}
+
+std::string site_name(const RunConfig& c, int site) {
+  if (c.sites.empty()) return "island-" + std::to_string(site);
+  return c.sites.at(static_cast<std::size_t>(site)).name;
+}
+
+int site_index(const RunConfig& c, const std::string& name) {
+  for (int s = 0; s < site_count(c); ++s)
+    if (site_name(c, s) == name) return s;
+  return -1;
+}
+
+std::vector<int> islands_of_site(const RunConfig& c, int site) {
+  if (c.sites.empty()) return {site};
+  auto v = c.sites.at(static_cast<std::size_t>(site)).islands;
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+LinkConfig link_config(const RunConfig& c, int site, bool up) {
+  const SiteSpec* s = c.sites.empty() ? nullptr : &c.sites.at(static_cast<std::size_t>(site));
+  auto pick = [](double own, double wan) { return own >= 0.0 ? own : wan; };
   LinkConfig l;
-  l.bandwidth_Bps = c.wan.bandwidth_mbps * 1e6 / 8.0;
-  l.latency_s = c.wan.latency_ms * 1e-3;
-  l.jitter_s = c.wan.jitter_ms * 1e-3;
-  l.loss = c.wan.loss;
+  l.bandwidth_Bps = pick(s ? s->bandwidth_mbps : -1.0, c.wan.bandwidth_mbps) * 1e6 / 8.0;
+  l.latency_s = pick(s ? s->latency_ms : -1.0, c.wan.latency_ms) * 1e-3;
+  l.jitter_s = pick(s ? s->jitter_ms : -1.0, c.wan.jitter_ms) * 1e-3;
+  l.loss = pick(s ? s->loss : -1.0, c.wan.loss);
   l.retransmit_timeout_s = c.wan.retransmit_timeout_ms * 1e-3;
-  l.seed = derive_seed(c.data.seed ^ 0x5741u, static_cast<std::uint64_t>(2 * island + (up ? 1 : 0)));
+  l.seed = derive_seed(c.data.seed ^ 0x5741u, static_cast<std::uint64_t>(2 * site + (up ? 1 : 0)));
   return l;
 }
 
@@ -315,12 +401,55 @@ std::vector<std::string> validate(const RunConfig& c) {
   for (std::size_t k = 0; k < c.faults.size(); ++k) {
     const auto& ft = c.faults[k];
     const std::string key = "faults[" + std::to_string(k) + "]";
-    if (ft.kill != "chip" && ft.kill != "island" && ft.kill != "syncer")
-      e.push_back(key + ".kill: must be \"chip\", \"island\" or \"syncer\" (got \"" + ft.kill + "\")");
+    const bool site_fault = ft.kill == "partition";
+    if (ft.kill != "chip" && ft.kill != "island" && ft.kill != "syncer" && ft.kill != "straggle" && !site_fault)
+      e.push_back(key + ".kill: must be \"chip\", \"island\", \"syncer\", \"straggle\" or \"partition\" (got \"" +
+                  ft.kill + "\")");
     if (ft.island < 0 || ft.island >= t.islands) e.push_back(key + ".island: no such island");
     if (ft.chip < 0 || ft.chip >= is.chips) e.push_back(key + ".chip: no such chip");
-    if (ft.at_step < 1) e.push_back(key + ".at_step: must be ≥ 1");
+    if (ft.at_step < 0) e.push_back(key + ".at_step: must be ≥ 1 (or 0 with at_s)");
+    if ((ft.at_step >= 1) == (ft.at_s >= 0.0))
+      e.push_back(key + ".at_step: set exactly one of at_step (≥ 1) and at_s (≥ 0)");
+    if (site_fault && ft.at_s < 0.0) e.push_back(key + ".at_s: a partition is scheduled by time (at_s)");
+    if (site_fault && site_index(c, ft.site) < 0) e.push_back(key + ".site: no such site \"" + ft.site + "\"");
+    if (site_fault && !(ft.duration_s > 0.0)) e.push_back(key + ".duration_s: a partition needs a positive duration");
+    if (!(ft.duration_s >= 0.0)) e.push_back(key + ".duration_s: must be ≥ 0");
+    if (!(ft.factor > 0.0 && ft.factor <= 1.0)) e.push_back(key + ".factor: must be in (0, 1]");
   }
+  if (!c.sites.empty()) {
+    std::vector<int> owner(static_cast<std::size_t>(std::max(t.islands, 0)), -1);
+    for (std::size_t k = 0; k < c.sites.size(); ++k) {
+      const auto& st = c.sites[k];
+      const std::string key = "sites[" + std::to_string(k) + "]";
+      if (st.name.empty() || st.name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+                                 std::string::npos)
+        e.push_back(key + ".name: must be non-empty letters, digits, '.', '_' or '-' (got \"" + st.name + "\")");
+      for (std::size_t j = 0; j < k; ++j)
+        if (c.sites[j].name == st.name) e.push_back(key + ".name: \"" + st.name + "\" is used twice");
+      for (int i : st.islands) {
+        if (i >= t.islands) e.push_back(key + ".islands: no island " + std::to_string(i));
+        else if (owner[static_cast<std::size_t>(i)] >= 0)
+          e.push_back(key + ".islands: island " + std::to_string(i) + " is already at site \"" +
+                      c.sites[static_cast<std::size_t>(owner[static_cast<std::size_t>(i)])].name + "\"");
+        else owner[static_cast<std::size_t>(i)] = static_cast<int>(k);
+      }
+      if (st.bandwidth_mbps == 0.0) e.push_back(key + ".bandwidth_mbps: must be positive (or negative for [wan])");
+      if (st.loss >= 1.0) e.push_back(key + ".loss: must be < 1");
+      if (st.jitter_ms >= 0.0 && st.jitter_ms > (st.latency_ms >= 0.0 ? st.latency_ms : c.wan.latency_ms))
+        e.push_back(key + ".jitter_ms: must not exceed the link's latency");
+    }
+    for (std::size_t i = 0; i < owner.size(); ++i)
+      if (owner[i] < 0) e.push_back("sites: island " + std::to_string(i) + " belongs to no site");
+  }
+  const auto& n = c.net;
+  if (n.listen.rfind(':') == std::string::npos || n.listen.rfind(':') + 1 == n.listen.size())
+    e.push_back("net.listen: expected host:port (got \"" + n.listen + "\")");
+  if (!(n.heartbeat_ms > 0.0)) e.push_back("net.heartbeat_ms: must be positive");
+  if (!(n.timeout_ms > n.heartbeat_ms)) e.push_back("net.timeout_ms: must exceed net.heartbeat_ms");
+  if (!(n.reconnect_initial_ms > 0.0)) e.push_back("net.reconnect_initial_ms: must be positive");
+  if (!(n.reconnect_max_ms >= n.reconnect_initial_ms)) e.push_back("net.reconnect_max_ms: must be ≥ net.reconnect_initial_ms");
+  add(validate(c.chaos));
+  if (!(c.chaos.downtime_gap_s >= 0.0)) e.push_back("chaos.downtime_gap_s: must be ≥ 0");
   const auto& w = c.wan;
   if (!(w.bandwidth_mbps > 0.0)) e.push_back("wan.bandwidth_mbps: must be positive");
   if (!(w.latency_ms >= 0.0)) e.push_back("wan.latency_ms: must be ≥ 0");
@@ -356,23 +485,25 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
   auto table = fields(cfg);
   for (auto&& [sec, node] : root) {
     const std::string section(sec.str());
-    if (section == "faults") {
+    if (section == "faults" || section == "sites") {
       const auto* arr = node.as_array();
       if (!arr || !arr->is_array_of_tables()) {
-        errs.push_back("faults: must be an array of tables ([[faults]])");
+        errs.push_back(section + ": must be an array of tables ([[" + section + "]])");
         continue;
       }
       for (std::size_t k = 0; k < arr->size(); ++k) {
         FaultSpec f;
-        auto ft = fault_fields(f);
+        SiteSpec site;
+        auto ft = section == "faults" ? fault_fields(f) : site_fields(site);
         for (auto&& [fk, fv] : *arr->get(k)->as_table()) {
           const std::string name(fk.str());
-          const std::string key = "faults[" + std::to_string(k) + "]." + name;
+          const std::string key = section + "[" + std::to_string(k) + "]." + name;
           auto it = std::find_if(ft.begin(), ft.end(), [&](const Field& x) { return x.key == name; });
           if (it == ft.end()) errs.push_back(key + ": unknown key");
           else assign(fv, it->ptr, key, errs);
         }
-        cfg.faults.push_back(f);
+        if (section == "faults") cfg.faults.push_back(f);
+        else cfg.sites.push_back(site);
       }
       continue;
     }
@@ -423,6 +554,12 @@ std::string default_config_toml() {
   for (const auto& f : fault_fields(example))
     s << "#   " << f.key << " = " << format_value(f.ptr) << "  # " << f.doc << "\n";
   s << "# [[faults]]\n# kill = \"chip\"\n# island = 0\n# chip = 1\n# at_step = 20\n";
+  SiteSpec site;
+  s << "\n# Sites, each with its own WAN link to the syncer; by default every island is a site of its\n"
+       "# own (\"island-<i>\") on the [wan] link. One [[sites]] table each; every island at one site:\n";
+  for (const auto& f : site_fields(site))
+    s << "#   " << f.key << " = " << format_value(f.ptr) << "  # " << f.doc << "\n";
+  s << "# [[sites]]\n# name = \"us-east\"\n# islands = [0, 1]\n# bandwidth_mbps = 2000.0\n";
   return s.str();
 }
 

@@ -198,7 +198,7 @@ struct RawFragment {
 Expected<RawFragment> read_header(schema::Fragment::Reader f, std::size_t max_values) {
   RawFragment r;
   const auto kind = static_cast<unsigned>(f.getKind());
-  if (kind > 1) return Error{errc::malformed, "unknown fragment kind " + num(kind)};
+  if (kind > 2) return Error{errc::malformed, "unknown fragment kind " + num(kind)};
   r.header.kind = static_cast<FragmentKind>(kind);
   r.header.island = f.getIsland();
   r.header.index = f.getIndex();
@@ -325,7 +325,12 @@ std::string_view to_string(MessageType t) {
 }
 
 std::string_view to_string(FragmentKind k) {
-  return k == FragmentKind::outer_gradient ? "outer_gradient" : "global_params";
+  switch (k) {
+    case FragmentKind::outer_gradient: return "outer_gradient";
+    case FragmentKind::global_params: return "global_params";
+    case FragmentKind::gradient: return "gradient";
+  }
+  return "?";
 }
 
 MessageType type_of(const Message& m) { return static_cast<MessageType>(m.index()); }
@@ -422,9 +427,10 @@ Status check_fragment(const FragmentHeader& h, std::size_t count, const WireCont
   if (h.index >= ctx.fragment_sizes.size())
     return Error{errc::unknown_fragment, "fragment " + num(h.index) + " does not exist (the plan has " +
                                              num(ctx.fragment_sizes.size()) + ")"};
-  if (h.kind == FragmentKind::outer_gradient ? (h.island < 0 || h.island >= ctx.islands) : h.island != syncer_id)
+  const bool from_island = h.kind != FragmentKind::global_params;
+  if (from_island ? (h.island < 0 || h.island >= ctx.islands) : h.island != syncer_id)
     return Error{errc::unknown_sender, "sender " + std::to_string(h.island) + " is not " +
-                                           (h.kind == FragmentKind::outer_gradient
+                                           (from_island
                                                 ? "a known island (0.." + std::to_string(ctx.islands - 1) + ")"
                                                 : std::string("the syncer (-1)"))};
   const std::size_t want = ctx.fragment_sizes[h.index];
@@ -441,6 +447,15 @@ Status check_fragment(const FragmentHeader& h, std::size_t count, const WireCont
     if (h.steps == 0 || h.tokens == 0)
       return Error{errc::bad_counters, "outer gradient covers " + num(h.tokens) + " tokens in " + num(h.steps) +
                                            " steps; both must be positive"};
+  } else if (h.kind == FragmentKind::gradient) {
+    // ddp is synchronous: a gradient belongs to exactly the current step.
+    if (h.base_round > round)
+      return Error{errc::future_round, "gradient of step " + num(h.base_round) + ", the current step is " + num(round)};
+    if (h.base_round < round)
+      return Error{errc::stale_round, "gradient of step " + num(h.base_round) + ", the current step is " + num(round)};
+    if (h.steps != 1 || h.tokens == 0)
+      return Error{errc::bad_counters, "a gradient covers one step and some tokens (got " + num(h.steps) + " steps, " +
+                                           num(h.tokens) + " tokens)"};
   } else if (h.base_round < round) {
     return Error{errc::stale_round, "global fragment " + num(h.index) + " of round " + num(h.base_round) +
                                         " is older than the held round " + num(round)};

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "diloco/chaos.hpp"
 #include "diloco/data.hpp"
 #include "diloco/merge.hpp"
 #include "diloco/model.hpp"
@@ -66,13 +67,39 @@ struct SupervisionConfig {
   double backoff_factor = 2.0;
 };
 
-/// A fault to inject: kill a chip, an island or the syncer when island `island` finishes
-/// local step `at_step` (once per run).
+/// A fault to inject, once per run: kill a chip, an island or the syncer, slow an island down
+/// ("straggle") or cut a site's link ("partition"), either when island `island` finishes local
+/// step `at_step` or `at_s` seconds after the start (exactly one of the two is set).
 struct FaultSpec {
-  std::string kill = "chip";     // "chip", "island" or "syncer"
+  std::string kill = "chip";     // "chip", "island", "syncer", "straggle" or "partition"
   int island = 0;
   int chip = 0;
-  long at_step = 1;
+  long at_step = 0;              // 0: not step-triggered
+  double at_s = -1.0;            // < 0: not time-triggered
+  std::string site;              // partition: the site whose link is cut
+  double duration_s = 0.0;       // straggle / partition: how long; kills: repair time (0: at once)
+  double factor = 0.5;           // straggle: speed meanwhile, in (0, 1]
+};
+
+/// A site: a data centre (in multi-process runs, a process) holding some islands, with its own
+/// WAN link to the syncer. Without [[sites]] every island is a site of its own, "island-<i>".
+struct SiteSpec {
+  std::string name;
+  std::vector<int> islands;
+  double bandwidth_mbps = -1.0;  // this site's link; negative: the [wan] value
+  double latency_ms = -1.0;
+  double jitter_ms = -1.0;
+  double loss = -1.0;
+};
+
+/// Between processes (diloco syncer / diloco site): addresses, certificates, liveness.
+struct NetConfig {
+  std::string listen = "127.0.0.1:7700";  // the syncer's bind address
+  std::string certs = "certs";            // scripts/make-certs.sh output: ca.pem, <site>.pem, <site>.key
+  double heartbeat_ms = 200.0;            // a site's heartbeat period
+  double timeout_ms = 2000.0;             // a site silent this long counts as lost
+  double reconnect_initial_ms = 100.0;    // first reconnect delay, doubling per attempt
+  double reconnect_max_ms = 3000.0;       // cap of the reconnect delay
 };
 
 /// Emulated WAN between every island and the syncer (both directions alike), or none.
@@ -99,10 +126,25 @@ struct RunConfig {
   SupervisionConfig supervision;
   std::vector<FaultSpec> faults;  // [[faults]] tables
   WanConfig wan;
+  std::vector<SiteSpec> sites;    // [[sites]] tables
+  NetConfig net;
+  ChaosConfig chaos;
 };
 
-/// The link of island `island` in one direction (up: to the syncer), seeded per link.
-LinkConfig link_config(const RunConfig& cfg, int island, bool up);
+/// Number of sites: the [[sites]] tables, or one per island without them.
+int site_count(const RunConfig& cfg);
+/// The site holding island `island` (index into site_count()).
+int site_of(const RunConfig& cfg, int island);
+/// A site's name: its [[sites]] name, or "island-<i>".
+std::string site_name(const RunConfig& cfg, int site);
+/// The site index of a name, or -1.
+int site_index(const RunConfig& cfg, const std::string& name);
+/// The islands of a site, in order.
+std::vector<int> islands_of_site(const RunConfig& cfg, int site);
+
+/// The WAN link of site `site` in one direction (up: to the syncer), seeded per link: its
+/// [[sites]] values over [wan]'s.
+LinkConfig link_config(const RunConfig& cfg, int site, bool up);
 
 /// Every problem of `cfg`, one "section.key: problem" line each; empty when valid.
 std::vector<std::string> validate(const RunConfig& cfg);

@@ -22,6 +22,7 @@ inline constexpr int syncer_id = -1;
 enum class FragmentKind : std::uint8_t {
   outer_gradient = 0,  // island → syncer: δ = Θ_p − θ_p, based on global round `base_round`
   global_params = 1,   // syncer → island: Θ_p as of round `base_round`
+  gradient = 2,        // ddp, island → syncer: the island's gradient on the parameters of step `base_round`
 };
 
 /// Everything a fragment message says besides its values.

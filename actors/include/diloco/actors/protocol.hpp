@@ -43,6 +43,8 @@ using fragment_atom = caf::atom_constant<caf::atom("dl_frag")>;    // island →
 using global_atom = caf::atom_constant<caf::atom("dl_global")>;    // syncer → islands: global fragment frame
 using progress_atom = caf::atom_constant<caf::atom("dl_prog")>;    // island → syncer: ProgressMessage frame
 using tick_atom = caf::atom_constant<caf::atom("dl_tick")>;        // syncer → itself: grace deadline
+using repaired_atom = caf::atom_constant<caf::atom("dl_repair")>;  // unit → itself: repair time is over
+using grad_atom = caf::atom_constant<caf::atom("dl_grad")>;        // ddp: island → syncer: gradient frame
 
 /// One micro-batch for one chip. Purely in-process (island and chips share a process): the
 /// parameters are the island's read-only vector, never copied per step. Never crosses a site.

@@ -17,9 +17,11 @@
 
 #include "diloco/actors/protocol.hpp"
 #include "diloco/actors/supervisor.hpp"
+#include "diloco/chaos.hpp"
 #include "diloco/checkpoint.hpp"
 #include "diloco/config.hpp"
 #include "diloco/data.hpp"
+#include "diloco/ddp.hpp"
 #include "diloco/fragments.hpp"
 #include "diloco/model.hpp"
 #include "diloco/wan.hpp"
@@ -90,7 +92,35 @@ struct Runtime {
   std::vector<std::atomic<bool>> fault_fired;    // per cfg.faults entry
   std::atomic<int> syncer_starts{0};
 
-  /// Emulated WAN links per island when wan.enabled: up = island → syncer, down = syncer → island.
+  /// The fault schedule: [chaos] events and the time-triggered [[faults]] (at_s), by time.
+  std::vector<ChaosEvent> schedule;
+  /// Actor-clock second at which the run started (set by spawn_runtime): chaos event times,
+  /// link partitions and goodput are relative to it.
+  std::atomic<double> t0{0.0};
+
+  /// Repair: a killed unit restarts at once (its supervisor's business) but stays out of the
+  /// run until this actor-clock time: a chip is not registered, an island does not join, the
+  /// syncer does not take its place in the directory.
+  std::vector<std::atomic<double>> island_repair;           // per island
+  std::vector<std::vector<std::atomic<double>>> chip_repair; // [island][chip]
+  std::atomic<double> syncer_repair{0.0};
+  /// Stragglers: an island's chips run at `straggle_factor` until `straggle_until`.
+  std::vector<std::atomic<double>> straggle_until, straggle_factor;
+  /// The speed of island `island`'s chips at actor time `now`: islands.speed × any straggling.
+  double speed(int island, double now) const;
+
+  /// Goodput and global downtime (chaos.hpp), fed by the actors; times relative to t0.
+  std::mutex goodput_mu;
+  std::unique_ptr<GoodputMeter> goodput;
+  template <class F>
+  void account(F&& f) {
+    std::lock_guard lk(goodput_mu);
+    f(*goodput);
+  }
+  GoodputMeter::Report goodput_report(double now);
+
+  /// Emulated WAN links per site when wan.enabled or a partition is scheduled: up = site →
+  /// syncer, down = syncer → site; every island of a site shares its site's links.
   struct Links {
     std::mutex mu;
     WanLink up, down;
@@ -98,7 +128,8 @@ struct Runtime {
   };
   std::vector<std::unique_ptr<Links>> links;
   /// Seconds from `now` until a frame of `bytes` between island `island` and the syncer arrives
-  /// (0 without a WAN): the link queues it behind earlier frames, adds latency, resends losses.
+  /// (0 without links): its site's link queues it behind earlier frames, adds latency, resends
+  /// losses, holds it through partitions.
   double link_delay(int island, bool up, std::size_t bytes, double now);
   /// What all WAN links carried: bytes (retransmissions included) and retransmissions.
   struct LinkTotals {
@@ -110,6 +141,9 @@ struct Runtime {
   /// The syncer's last snapshot in memory (also written to cfg.syncer.checkpoint when set).
   std::mutex snap_mu;
   std::optional<Checkpoint> last_snapshot;
+  /// ddp: the parameter server's state, kept across syncer restarts in this process (as a
+  /// torchrun job keeps its replicas' state in memory); null until the first syncer starts.
+  std::shared_ptr<DdpServer> ddp_server;
   /// The syncer's newest global parameters and round (for the final evaluation).
   std::mutex global_mu;
   std::vector<float> global;
@@ -124,6 +158,9 @@ struct Runtime {
   /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
   /// (K = all islands, as the reference loops); "decoupled": they never wait.
   bool synchronous() const { return cfg.train.mode == "diloco" || cfg.train.mode == "streaming"; }
+  /// train.mode "ddp" on the actors: every step, islands send gradients and the syncer (as a
+  /// parameter server) averages them, takes the AdamW step and sends the parameters back.
+  bool ddp() const { return cfg.train.mode == "ddp"; }
   int tau() const { return cfg.train.mode == "diloco" ? 0 : cfg.fragments.tau; }
   double alpha() const { return cfg.train.mode == "diloco" ? 0.0 : cfg.fragments.effective_alpha(); }
 
@@ -132,8 +169,18 @@ private:
   std::function<void(const RuntimeEvent&)> on_event_;
 };
 
+/// Which units a process runs: all of them in one process; the syncer alone or one site's
+/// islands in multi-process runs.
+struct SpawnSet {
+  bool syncer = true;
+  bool all_islands = true;
+  std::vector<int> islands;  // used when !all_islands
+};
+
 /// The supervision tree: root (one_for_one) → "syncer" and "island-i" supervisors, each with
-/// "island" and "chip-c" children (supervision.* flags). Returns the root supervisor.
-caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink = {});
+/// "island" and "chip-c" children (supervision.* flags), plus the chaos driver when the run
+/// has a fault schedule. Returns the root supervisor.
+caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink = {},
+                         SpawnSet what = {});
 
 }  // namespace diloco::actors
