@@ -21,6 +21,8 @@ enum FragmentKind {
   globalParams @1;   # syncer -> island: the global fragment as of round `baseRound`
   gradient @2;       # ddp, island -> syncer: the island's token-weighted mean gradient on the
                      # parameters of step `baseRound` (tokens: its tokens, steps: 1)
+  globalDelta @3;    # syncer -> island: the change of the global fragment every island holds,
+                     # from round `fromRound` to round `baseRound` (quantised broadcasts)
 }
 
 struct Fragment {
@@ -35,6 +37,7 @@ struct Fragment {
   count @8 :UInt64;          # number of values in the fragment
   scales @9 :List(Float32);  # one per block of `blockSize` values
   payload @10 :Data;
+  fromRound @11 :UInt64;     # globalDelta: the round the change applies to; 0 for other kinds
 }
 
 struct FragmentCounters {

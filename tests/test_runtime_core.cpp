@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <random>
 #include <variant>
 
 #include "diloco/checkpoint.hpp"
@@ -383,4 +385,275 @@ BOOST_AUTO_TEST_CASE(lockstep_cores_reproduce_reference_diloco) { check_golden(g
 BOOST_AUTO_TEST_CASE(lockstep_cores_reproduce_reference_streaming) { check_golden(golden_config("streaming", 2, 0)); }
 BOOST_AUTO_TEST_CASE(lockstep_cores_reproduce_reference_streaming_with_overlap) {
   check_golden(golden_config("streaming", 2, 2));
+}
+
+// ---- lossy broadcasts: the syncer sends the quantised change of Θ̂, islands add it up ----
+
+namespace {
+
+// Two tensors in layers 0 and 1: with P = 2 one fragment each (strided plan).
+struct TwoFragments {
+  ParamLayout layout;
+  FragmentPlan plan;
+  TwoFragments() : layout(make()), plan(FragmentPlan::strided(layout, 2)) {}
+  static ParamLayout make() {
+    ParamLayout l;
+    l.add("a", {96}, 0, true);
+    l.add("b", {160}, 1, true);
+    return l;
+  }
+};
+
+std::vector<float> gaussian_vec(std::size_t n, std::mt19937_64& g, float sd) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+SyncerSettings lossy_settings(int islands, Encoding enc) {
+  auto s = sgd_settings(islands, islands);
+  s.outer.kind = "nesterov";
+  s.outer.lr = 0.7f;
+  s.outer.momentum = 0.9f;
+  s.broadcast = CodecParams{enc, 64};
+  return s;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+}
+
+Frame global_delta_frame(int sender, std::uint64_t from, std::uint64_t to, std::size_t n, std::uint32_t p = 0) {
+  FragmentHeader h;
+  h.kind = FragmentKind::global_delta;
+  h.island = sender;
+  h.index = p;
+  h.base_round = to;
+  h.from_round = from;
+  return encode_fragment(h, CodecParams{Encoding::int4, 64}, std::vector<float>(n, 0.01f)).value();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(int4_broadcast_islands_hold_exactly_the_syncers_reconstruction) {
+  TwoFragments w;
+  std::mt19937_64 g(7);
+  const auto init = gaussian_vec(w.layout.size(), g, 0.1f);
+  SyncerCore syncer(w.plan, init, lossy_settings(2, Encoding::int4));
+  AdamWConfig inner;
+  inner.lr = 1e-2f;
+  inner.warmup_steps = 0;
+  std::vector<std::unique_ptr<IslandCore>> isl;
+  for (int i = 0; i < 2; ++i)
+    isl.push_back(std::make_unique<IslandCore>(
+        w.layout, w.plan, IslandSettings{i, SyncSchedule{4, 2}, 0, 0.0, CodecParams{Encoding::int4, 64}, true}, inner, init));
+  int commits = 0;
+  for (long s = 1; s <= 40; ++s) {
+    for (auto& island : isl) {
+      const auto grads = gaussian_vec(w.layout.size(), g, 1.0f);
+      ChipGradient c{grads, 64, 1.0};
+      island->apply_gradient(std::span<const ChipGradient>(&c, 1));
+    }
+    for (int p : isl[0]->due())
+      for (auto& island : isl) BOOST_REQUIRE(syncer.receive(island->outer_gradient_frame(p).value(), double(s)));
+    for (const auto& c : syncer.poll(static_cast<double>(s))) {
+      ++commits;
+      const auto frame = syncer.global_frame(c.fragment).value();
+      auto msg = decode_message(frame);
+      BOOST_REQUIRE(msg);
+      const auto& [h, data] = std::get<FragmentMessage>(*msg);
+      BOOST_TEST((h.kind == FragmentKind::global_delta));
+      BOOST_TEST(h.from_round + 1 == h.base_round);
+      // int4 with block 64: 4.5 bits per value instead of 32.
+      BOOST_TEST(8 * (data.payload.size() + 4 * data.scales.size()) <= 4.5 * w.plan.size(c.fragment) + 32);
+      for (auto& island : isl) BOOST_REQUIRE(island->adopt_frame(frame).value());
+      const auto held = syncer.held(c.fragment);
+      for (auto& island : isl) {
+        BOOST_TEST(same_bits(island->global(c.fragment), held));
+        BOOST_TEST(island->base_round(c.fragment) == syncer.held_round(c.fragment));
+      }
+      BOOST_TEST(syncer.held_round(c.fragment) == syncer.round(c.fragment));
+    }
+  }
+  BOOST_TEST(commits == 20);
+  // Θ̂ is an approximation of Θ, not Θ itself.
+  std::vector<float> theta(w.plan.size(1));
+  w.plan.gather<float>(1, syncer.params(), theta);
+  const double err = relative_l2_error(theta, syncer.held(1));
+  BOOST_TEST_MESSAGE("int4 broadcast: ‖Θ − Θ̂‖/‖Θ‖ = " << err);
+  BOOST_TEST(err > 0.0);
+  BOOST_TEST(err < 0.05);
+}
+
+BOOST_AUTO_TEST_CASE(broadcast_residual_stays_bounded_over_fifty_rounds) {
+  Tiny t(256);
+  for (auto enc : {Encoding::bf16, Encoding::int8, Encoding::int4, Encoding::e3m0}) {
+    BOOST_TEST_CONTEXT(to_string(enc)) {
+      std::mt19937_64 g(11);
+      SyncerCore s(t.plan, std::vector<float>(256, 0.0f), lossy_settings(2, enc));
+      std::vector<double> residual;
+      double largest_step = 0.0;
+      std::vector<float> before(256), after(256);
+      for (std::uint64_t r = 0; r < 50; ++r) {
+        t.plan.gather<float>(0, s.params(), before);
+        for (int i = 0; i < 2; ++i) {
+          FragmentHeader h;
+          h.island = i;
+          h.base_round = r;
+          h.tokens = 100;
+          h.steps = 10;
+          BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, gaussian_vec(256, g, 1e-2f)).value(), 0.0));
+        }
+        BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+        BOOST_REQUIRE(s.global_frame(0));
+        t.plan.gather<float>(0, s.params(), after);
+        const auto held = s.held(0);
+        double step = 0.0, res = 0.0;
+        for (std::size_t j = 0; j < 256; ++j) {
+          step = std::max(step, std::abs(double(after[j]) - before[j]));
+          res = std::max(res, std::abs(double(after[j]) - held[j]));
+        }
+        largest_step = std::max(largest_step, step);
+        residual.push_back(res);
+      }
+      const double early = *std::max_element(residual.begin(), residual.begin() + 10);
+      const double late = *std::max_element(residual.end() - 10, residual.end());
+      BOOST_TEST_MESSAGE(to_string(enc) << ": max |Θ − Θ̂| rounds 1-10 " << early << ", rounds 41-50 " << late
+                                        << ", largest step " << largest_step);
+      // Error feedback: what one broadcast leaves out goes into the next, so the gap stays at the
+      // quantisation error of one step instead of growing as the rounds add up.
+      BOOST_TEST(late <= 2.0 * early);
+      BOOST_TEST(late <= largest_step);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(island_that_missed_a_delta_asks_to_heal_and_ends_on_the_reconstruction) {
+  Tiny t(128);
+  std::mt19937_64 g(3);
+  const auto init = gaussian_vec(128, g, 0.1f);
+  SyncerCore s(t.plan, init, lossy_settings(2, Encoding::int4));
+  const IslandSettings is{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true};
+  IslandCore a(t.layout, t.plan, is, AdamWConfig{}, init), b(t.layout, t.plan, is, AdamWConfig{}, init);
+  auto round = [&](std::uint64_t r) {
+    for (int i = 0; i < 2; ++i) {
+      FragmentHeader h;
+      h.island = i;
+      h.base_round = r;
+      h.tokens = 100;
+      h.steps = 10;
+      BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, gaussian_vec(128, g, 1e-2f)).value(), 0.0));
+    }
+    BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+    return s.global_frame(0).value();
+  };
+  const auto f1 = round(0);
+  BOOST_TEST(a.adopt_frame(f1).value());
+  BOOST_TEST(b.adopt_frame(f1).value());
+  BOOST_TEST(!b.adopt_frame(f1).value());  // the same delta twice: nothing new, ignored
+  const auto f2 = round(1);
+  BOOST_TEST(a.adopt_frame(f2).value());    // b never gets round 2
+  const auto f3 = round(2);
+  BOOST_TEST(a.adopt_frame(f3).value());
+  auto missed = b.adopt_frame(f3);
+  BOOST_REQUIRE(!missed);
+  BOOST_TEST((missed.error().code == errc::missed_round));
+  BOOST_TEST(b.base_round(0) == 1u);        // nothing of the delta was applied
+  // The actor shell re-joins: the JoinReply carries Θ̂ in fp32.
+  auto msg = decode_message(encode_message(s.join_reply()));
+  BOOST_REQUIRE(msg);
+  b.heal(std::get<JoinReply>(*msg), /*keep_local=*/true);
+  BOOST_TEST(b.base_round(0) == 3u);
+  BOOST_TEST(same_bits(b.global(0), s.held(0)));
+  const auto f4 = round(3);
+  BOOST_TEST(a.adopt_frame(f4).value());
+  BOOST_TEST(b.adopt_frame(f4).value());
+  BOOST_TEST(same_bits(a.global(0), s.held(0)));
+  BOOST_TEST(same_bits(b.global(0), s.held(0)));
+}
+
+BOOST_AUTO_TEST_CASE(island_refuses_a_global_delta_from_an_island_or_of_the_wrong_length) {
+  Tiny t(128);
+  std::vector<float> init(128, 0.0f);
+  IslandCore a(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, init);
+  auto spoof = a.adopt_frame(global_delta_frame(1, 0, 1, 128));
+  BOOST_REQUIRE(!spoof);
+  BOOST_TEST((spoof.error().code == errc::unknown_sender));
+  auto short_one = a.adopt_frame(global_delta_frame(syncer_id, 0, 1, 127));
+  BOOST_REQUIRE(!short_one);
+  BOOST_TEST((short_one.error().code == errc::wrong_length));
+  auto backwards = a.adopt_frame(global_delta_frame(syncer_id, 1, 1, 128));
+  BOOST_REQUIRE(!backwards);
+  BOOST_TEST((backwards.error().code == errc::malformed));
+  BOOST_TEST(a.base_round(0) == 0u);
+  for (float x : a.params()) BOOST_TEST(x == 0.0f);
+  BOOST_TEST(a.adopt_frame(global_delta_frame(syncer_id, 0, 1, 128)).value());
+  BOOST_TEST(a.global(0)[0] == 0.01f, boost::test_tools::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(fp32_broadcast_sends_the_global_parameters_as_before) {
+  Tiny t(128);
+  std::mt19937_64 g(5);
+  const auto init = gaussian_vec(128, g, 0.1f);
+  SyncerCore exact(t.plan, init, lossy_settings(2, Encoding::fp32));
+  SyncerCore lossy(t.plan, init, lossy_settings(2, Encoding::int4));
+  for (std::uint64_t r = 0; r < 5; ++r) {
+    for (int i = 0; i < 2; ++i) {
+      FragmentHeader h;
+      h.island = i;
+      h.base_round = r;
+      h.tokens = 100;
+      h.steps = 10;
+      const auto f = encode_fragment(h, CodecParams{}, gaussian_vec(128, g, 1e-2f)).value();
+      BOOST_REQUIRE(exact.receive(f, 0.0));
+      BOOST_REQUIRE(lossy.receive(f, 0.0));
+    }
+    BOOST_REQUIRE_EQUAL(exact.poll(0.0).size(), 1u);
+    BOOST_REQUIRE_EQUAL(lossy.poll(0.0).size(), 1u);
+  }
+  // The broadcast encoding never changes Θ itself.
+  BOOST_TEST(same_bits(exact.params(), lossy.params()));
+  auto msg = decode_message(exact.global_frame(0).value());
+  BOOST_REQUIRE(msg);
+  const auto& f = std::get<FragmentMessage>(*msg);
+  BOOST_TEST((f.header.kind == FragmentKind::global_params));
+  BOOST_TEST(f.header.base_round == 5u);
+  BOOST_TEST((f.data.params.encoding == Encoding::fp32));
+  std::vector<float> got(128);
+  BOOST_REQUIRE(decode(EncodedView(f.data), std::span<float>(got)));
+  BOOST_TEST(same_bits(got, exact.params()));
+  BOOST_TEST(same_bits(exact.held(0), exact.params()));
+}
+
+BOOST_AUTO_TEST_CASE(restored_lossy_syncer_heals_islands_onto_its_parameters) {
+  Tiny t(128);
+  std::mt19937_64 g(9);
+  const auto init = gaussian_vec(128, g, 0.1f);
+  SyncerCore s(t.plan, init, lossy_settings(2, Encoding::int4));
+  for (std::uint64_t r = 0; r < 3; ++r) {
+    for (int i = 0; i < 2; ++i) {
+      FragmentHeader h;
+      h.island = i;
+      h.base_round = r;
+      h.tokens = 100;
+      h.steps = 10;
+      BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, gaussian_vec(128, g, 1e-2f)).value(), 0.0));
+    }
+    BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  }
+  BOOST_TEST(!same_bits(s.held(0), s.params()));
+  SyncerCore restored(t.plan, init, lossy_settings(2, Encoding::int4));
+  restored.restore(s.snapshot());
+  BOOST_TEST(same_bits(restored.held(0), s.params()));  // Θ̂ = Θ after a restore
+  BOOST_TEST(restored.held_round(0) == 3u);
+  auto msg = decode_message(restored.global_frame(0).value());  // no commit yet: Θ̂ in full
+  BOOST_REQUIRE(msg);
+  BOOST_TEST((std::get<FragmentMessage>(*msg).header.kind == FragmentKind::global_params));
+  IslandCore a(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, init);
+  auto reply = decode_message(encode_message(restored.join_reply()));
+  BOOST_REQUIRE(reply);
+  a.heal(std::get<JoinReply>(*reply), /*keep_local=*/true);
+  BOOST_TEST(same_bits(a.global(0), s.params()));
+  BOOST_TEST(a.base_round(0) == 3u);
 }

@@ -144,6 +144,10 @@ std::vector<BadFrame> malformed_table() {
                  f.setKind(schema::FragmentKind::GLOBAL_PARAMS);
                }),
                errc::unexpected_message, "global_params"});
+  t.push_back({"global_delta_at_the_syncer", crafted([](auto, auto f) {
+                 f.setKind(schema::FragmentKind::GLOBAL_DELTA);
+               }),
+               errc::unexpected_message, "global_delta"});
   t.push_back({"unknown_encoding", crafted([](auto, auto f) { f.setEncoding(static_cast<schema::Encoding>(9)); }),
                errc::unknown_encoding, "encoding id 9"});
   t.push_back({"zero_block_size", crafted([](auto, auto f) { f.setBlockSize(0); }, Encoding::int4),
@@ -415,4 +419,46 @@ BOOST_AUTO_TEST_CASE(error_feedback_frames_carry_the_residual_to_the_next_send) 
   }
   for (std::size_t i = 0; i < kN; ++i) truth[i] = 20 * x[i];
   BOOST_TEST(relative_l2_error(truth, sum) < 0.03);
+}
+
+BOOST_AUTO_TEST_CASE(islands_accept_global_deltas_from_the_syncer_only_and_of_the_right_length) {
+  WireContext c = syncer_context();
+  c.accept = FragmentKind::global_params;  // an island: takes both kinds of broadcast
+  FragmentInbox inbox(c);
+  std::vector<float> out(kN);
+  FragmentHeader h{FragmentKind::global_delta, syncer_id, 0, 11, 0, 0, 10};
+  const auto x = gaussian(kN, 6);
+  auto good = encode_fragment(h, CodecParams{Encoding::int4, 64}, x);
+  BOOST_TEST_REQUIRE(good.has_value());
+  auto r = inbox.receive(*good, out);
+  BOOST_TEST_REQUIRE(r.has_value());
+  BOOST_TEST((r->header.kind == FragmentKind::global_delta));
+  BOOST_TEST(r->header.from_round == 10u);
+  BOOST_TEST(r->header.base_round == 11u);
+  // from_round survives decode_message too (inspect, IslandCore::adopt_frame read it there).
+  auto m = decode_message(*good);
+  BOOST_TEST_REQUIRE(m.has_value());
+  BOOST_TEST(std::get<FragmentMessage>(*m).header.from_round == 10u);
+  auto refused = [&](FragmentHeader bad, std::size_t n, errc code) {
+    auto f = encode_fragment(bad, CodecParams{Encoding::int4, 64}, gaussian(n, 6));
+    BOOST_TEST_REQUIRE(f.has_value());
+    std::vector<float> buf(kN, 123.0f);
+    auto got = inbox.receive(*f, buf);
+    BOOST_TEST_REQUIRE(!got.has_value());
+    BOOST_TEST(to_string(got.error().code) == to_string(code));
+    for (float v : buf) BOOST_TEST((v == 123.0f || v == 0.0f));
+  };
+  FragmentHeader spoof = h;
+  spoof.island = 1;  // an island posing as the syncer
+  refused(spoof, kN, errc::unknown_sender);
+  refused(h, kN - 1, errc::wrong_length);
+  FragmentHeader backwards = h;
+  backwards.from_round = 11;  // rounds only go up
+  refused(backwards, kN, errc::malformed);
+  BOOST_TEST(inbox.rejected().total() == 3u);
+  // A JoinReply carries full fragments only: a delta cannot be healed from.
+  FragmentMessage fm{h, *encode(CodecParams{Encoding::int4, 64}, x)};
+  auto jr = decode_message(encode_message(JoinReply{{fm}}));
+  BOOST_TEST_REQUIRE(!jr.has_value());
+  BOOST_TEST(to_string(jr.error().code) == to_string(errc::unexpected_message));
 }

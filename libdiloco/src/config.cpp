@@ -85,6 +85,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"fragments", "tau", &c.fragments.tau, "steps between sending a fragment and adopting its merge"},
       {"fragments", "alpha", &c.fragments.alpha, "local share when adopting: α·local + (1−α)·global; <0: 0.5 if tau>0 else 0"},
       {"fragments", "encoding", &c.fragments.encoding, "decoupled: outer gradients on the wire: fp32, bf16, int8, int4 or e3m0"},
+      {"fragments", "broadcast_encoding", &c.fragments.broadcast_encoding, "actors: merged fragments on the wire: fp32 (exact) or bf16/int8/int4/e3m0 (their change, with error feedback)"},
       {"fragments", "block_size", &c.fragments.block_size, "decoupled: values per scale of int8/int4/e3m0"},
       {"fragments", "error_feedback", &c.fragments.error_feedback, "decoupled: carry the quantisation residual into the next send"},
 
@@ -383,6 +384,8 @@ std::vector<std::string> validate(const RunConfig& c) {
   } else if (f.block_size < 1 || static_cast<std::uint32_t>(f.block_size) > max_block_size) {
     e.push_back("fragments.block_size: must be in [1, " + std::to_string(max_block_size) + "]");
   }
+  if (!parse_encoding(f.broadcast_encoding))
+    e.push_back("fragments.broadcast_encoding: must be fp32, bf16, int8, int4 or e3m0 (got \"" + f.broadcast_encoding + "\")");
   const auto& is = c.islands;
   if (is.chips < 1 || is.chips > 256) e.push_back("islands.chips: must be in [1, 256] (got " + std::to_string(is.chips) + ")");
   if (is.speed.size() > static_cast<std::size_t>(std::max(t.islands, 0)))

@@ -22,6 +22,7 @@ std::string_view to_string(errc e) {
     case errc::io_error: return "io_error";
     case errc::corrupt_checkpoint: return "corrupt_checkpoint";
     case errc::checkpoint_mismatch: return "checkpoint_mismatch";
+    case errc::missed_round: return "missed_round";
   }
   return "unknown_error";
 }

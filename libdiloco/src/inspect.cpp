@@ -25,7 +25,9 @@ void describe_fragment(std::ostringstream& o, const FragmentMessage& m, const st
   const auto& h = m.header;
   const auto& d = m.data;
   o << indent << "kind " << to_string(h.kind) << ", sender " << h.island << ", fragment " << h.index << ", round "
-    << h.base_round << ", tokens " << h.tokens << ", steps " << h.steps << "\n";
+    << h.base_round;
+  if (h.kind == FragmentKind::global_delta) o << " (from round " << h.from_round << ")";
+  o << ", tokens " << h.tokens << ", steps " << h.steps << "\n";
   o << indent << "encoding " << to_string(d.params.encoding);
   if (has_scales(d.params.encoding)) o << " (block " << d.params.block_size << ", " << d.scales.size() << " scales)";
   o << ", " << d.count << " values, payload " << d.payload.size() << " bytes ("

@@ -130,11 +130,30 @@ Expected<bool> IslandCore::adopt_frame(std::span<const std::byte> frame) {
   if (!f) return Error{errc::unexpected_message, "a " + std::string(to_string(type_of(*msg))) + " message where a global fragment is expected"};
   WireContext ctx;
   for (int p = 0; p < plan_->count(); ++p) ctx.fragment_sizes.push_back(plan_->size(p));
-  ctx.accept = FragmentKind::global_params;
+  ctx.accept = FragmentKind::global_params;  // global_delta too
   if (auto st = check_fragment(f->header, f->data.count, ctx); !st) return st.error();
   std::vector<float> values(f->data.count);
   if (auto st = decode(EncodedView(f->data), std::span<float>(values)); !st) return st.error();
-  return adopt(static_cast<int>(f->header.index), f->header.base_round, values);
+  const auto& h = f->header;
+  const int p = static_cast<int>(h.index);
+  if (h.kind == FragmentKind::global_delta) {
+    // The newest fragment the island has: queued for adoption, else held.
+    const auto i = static_cast<std::size_t>(p);
+    const std::vector<float>* base = &global_[i];
+    std::uint64_t newest = base_round_[i];
+    for (const auto& q : queue_)
+      if (q.p == p && q.round > newest) {
+        base = &q.values;
+        newest = q.round;
+      }
+    if (h.base_round <= newest) return false;  // nothing new (e.g. healed past it)
+    if (h.from_round != newest)
+      return Error{errc::missed_round, "global delta of fragment " + std::to_string(p) + " applies to round " +
+                                           std::to_string(h.from_round) + ", the island holds round " + std::to_string(newest)};
+    // Θ̂_p += decoded change, the same float sum as the syncer's (SyncerCore::encode_delta).
+    for (std::size_t j = 0; j < values.size(); ++j) values[j] = (*base)[j] + values[j];
+  }
+  return adopt(p, h.base_round, values);
 }
 
 void IslandCore::apply_ready() {

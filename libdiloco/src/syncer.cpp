@@ -29,6 +29,14 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   merged_base_.assign(P, std::vector<std::uint64_t>(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0));
   state_.resize(P);
   for (auto& s : state_) s.live_islands = settings_.islands;
+  if (lossy()) {
+    for (int p = 0; p < plan.count(); ++p) {
+      held_.emplace_back(plan.size(p));
+      plan.gather<float>(p, params_, held_.back());
+    }
+    held_round_.assign(P, 0);
+    broadcast_.resize(P);
+  }
 }
 
 Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, double now) {
@@ -99,6 +107,7 @@ Commit SyncerCore::commit(int p, double now) {
   plan_->scatter(p, theta_, params_);
   c.round = ++rounds_[i];
   inbox_.set_round(static_cast<std::uint32_t>(p), rounds_[i]);
+  if (lossy()) encode_delta(p, theta_);
   pending_[i].clear();
   open_round(p, now);
   ++stats_.commits;
@@ -147,28 +156,69 @@ const SyncerStats& SyncerCore::stats() const {
   return stats_;
 }
 
+void SyncerCore::encode_delta(int p, std::span<const float> theta) {
+  const auto i = static_cast<std::size_t>(p);
+  auto& hat = held_[i];
+  // d = Θ_p − Θ̂_p: this commit's change plus whatever earlier broadcasts left out. Θ̂ moves
+  // only by what the islands decode, so the quantisation residual stays in the next d (error
+  // feedback without a separate residual) and Θ̂ − Θ stays bounded.
+  delta_.resize(hat.size());
+  for (std::size_t j = 0; j < hat.size(); ++j) delta_[j] = theta[j] - hat[j];
+  FragmentHeader h;
+  h.kind = FragmentKind::global_delta;
+  h.island = syncer_id;
+  h.index = static_cast<std::uint32_t>(p);
+  h.base_round = rounds_[i];
+  h.from_round = held_round_[i];
+  auto enc = encode(settings_.broadcast, delta_);
+  if (!enc) {  // Θ diverged: nothing is sent and Θ̂ stays; the next delta starts from its round
+    broadcast_[i] = Expected<Frame>(enc.error());
+    return;
+  }
+  sent_.resize(hat.size());
+  if (auto st = decode(*enc, std::span<float>(sent_)); !st) {
+    broadcast_[i] = Expected<Frame>(st.error());
+    return;
+  }
+  // The islands compute exactly this sum (IslandCore::adopt_frame): Θ̂ is bit-equal on both ends.
+  for (std::size_t j = 0; j < hat.size(); ++j) hat[j] += sent_[j];
+  held_round_[i] = rounds_[i];
+  broadcast_[i] = Expected<Frame>(encode_message(FragmentMessage{h, std::move(*enc)}));
+}
+
 Expected<Frame> SyncerCore::global_frame(int p) const {
-  std::vector<float> v(plan_->size(p));
-  plan_->gather<float>(p, params_, v);
+  const auto i = static_cast<std::size_t>(p);
+  if (lossy() && broadcast_[i]) return *broadcast_[i];
   FragmentHeader h;
   h.kind = FragmentKind::global_params;
   h.island = syncer_id;
   h.index = static_cast<std::uint32_t>(p);
-  h.base_round = rounds_[static_cast<std::size_t>(p)];
-  return encode_fragment(h, settings_.broadcast, v);
+  h.base_round = held_round(p);
+  return encode_fragment(h, lossy() ? CodecParams{} : settings_.broadcast, held(p));
+}
+
+std::vector<float> SyncerCore::held(int p) const {
+  const auto i = static_cast<std::size_t>(p);
+  if (i < held_.size()) return held_[i];
+  std::vector<float> v(plan_->size(p));
+  plan_->gather<float>(p, params_, v);
+  return v;
+}
+
+std::uint64_t SyncerCore::held_round(int p) const {
+  const auto i = static_cast<std::size_t>(p);
+  return i < held_round_.size() ? held_round_[i] : rounds_[i];
 }
 
 JoinReply SyncerCore::join_reply() const {
   JoinReply r;
   for (int p = 0; p < plan_->count(); ++p) {
-    std::vector<float> v(plan_->size(p));
-    plan_->gather<float>(p, params_, v);
     FragmentMessage m;
     m.header.kind = FragmentKind::global_params;
     m.header.island = syncer_id;
     m.header.index = static_cast<std::uint32_t>(p);
-    m.header.base_round = rounds_[static_cast<std::size_t>(p)];
-    m.data = encode(CodecParams{}, v).value();  // fp32: the heal is exact
+    m.header.base_round = held_round(p);
+    m.data = encode(CodecParams{}, held(p)).value();  // fp32: the heal is exact
     r.fragments.push_back(std::move(m));
   }
   return r;
@@ -214,6 +264,13 @@ void SyncerCore::restore(const Checkpoint& cp) {
     pending_[p].clear();
     std::fill(merged_base_[p].begin(), merged_base_[p].end(), 0);
     open_round(static_cast<int>(p), state_[p].opened_at);
+  }
+  if (lossy()) {
+    for (std::size_t p = 0; p < P; ++p) {
+      plan_->gather<float>(static_cast<int>(p), params_, held_[p]);
+      held_round_[p] = rounds_[p];
+      broadcast_[p].reset();
+    }
   }
   snapshot_round_ = global_round();
 }

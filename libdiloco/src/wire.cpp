@@ -79,6 +79,7 @@ void fill_header(schema::Fragment::Builder f, const FragmentHeader& h, const Cod
   f.setBaseRound(h.base_round);
   f.setTokens(h.tokens);
   f.setSteps(h.steps);
+  f.setFromRound(h.from_round);
   f.setEncoding(static_cast<schema::Encoding>(p.encoding));
   f.setBlockSize(has_scales(p.encoding) ? p.block_size : 0);
   f.setCount(count);
@@ -198,13 +199,15 @@ struct RawFragment {
 Expected<RawFragment> read_header(schema::Fragment::Reader f, std::size_t max_values) {
   RawFragment r;
   const auto kind = static_cast<unsigned>(f.getKind());
-  if (kind > 2) return Error{errc::malformed, "unknown fragment kind " + num(kind)};
+  if (kind > static_cast<unsigned>(FragmentKind::global_delta))
+    return Error{errc::malformed, "unknown fragment kind " + num(kind)};
   r.header.kind = static_cast<FragmentKind>(kind);
   r.header.island = f.getIsland();
   r.header.index = f.getIndex();
   r.header.base_round = f.getBaseRound();
   r.header.tokens = f.getTokens();
   r.header.steps = f.getSteps();
+  r.header.from_round = f.getFromRound();
   const auto enc = static_cast<unsigned>(f.getEncoding());
   if (enc >= static_cast<unsigned>(encoding_count))
     return Error{errc::unknown_encoding, "encoding id " + num(enc) + " is not one of fp32, bf16, int8, int4, e3m0"};
@@ -289,7 +292,8 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
         auto fm = read_fragment_message(f, limits.max_fragment_values);
         if (!fm) return Error{fm.error().code, "join reply fragment " + num(m.fragments.size()) + ": " + fm.error().reason};
         if (fm->header.kind != FragmentKind::global_params)
-          return Error{errc::unexpected_message, "join reply fragment " + num(m.fragments.size()) + " is an outer gradient"};
+          return Error{errc::unexpected_message, "join reply fragment " + num(m.fragments.size()) + " is a " +
+                                                     std::string(to_string(fm->header.kind)) + ", not global_params"};
         total += fm->data.count;
         if (total > limits.max_model_values)
           return Error{errc::wrong_length, "join reply exceeds " + num(limits.max_model_values) + " values"};
@@ -329,6 +333,7 @@ std::string_view to_string(FragmentKind k) {
     case FragmentKind::outer_gradient: return "outer_gradient";
     case FragmentKind::global_params: return "global_params";
     case FragmentKind::gradient: return "gradient";
+    case FragmentKind::global_delta: return "global_delta";
   }
   return "?";
 }
@@ -421,13 +426,15 @@ Expected<Message> decode_message(std::span<const std::byte> frame, const WireLim
 }
 
 Status check_fragment(const FragmentHeader& h, std::size_t count, const WireContext& ctx) {
-  if (h.kind != ctx.accept)
+  // A lossy broadcast arrives as a global_delta where a full global_params could.
+  const bool broadcast = h.kind == FragmentKind::global_params || h.kind == FragmentKind::global_delta;
+  if (h.kind != ctx.accept && !(broadcast && ctx.accept == FragmentKind::global_params))
     return Error{errc::unexpected_message, "a " + std::string(to_string(h.kind)) + " fragment where " +
                                                std::string(to_string(ctx.accept)) + " fragments are accepted"};
   if (h.index >= ctx.fragment_sizes.size())
     return Error{errc::unknown_fragment, "fragment " + num(h.index) + " does not exist (the plan has " +
                                              num(ctx.fragment_sizes.size()) + ")"};
-  const bool from_island = h.kind != FragmentKind::global_params;
+  const bool from_island = !broadcast;
   if (from_island ? (h.island < 0 || h.island >= ctx.islands) : h.island != syncer_id)
     return Error{errc::unknown_sender, "sender " + std::to_string(h.island) + " is not " +
                                            (from_island
@@ -459,6 +466,9 @@ Status check_fragment(const FragmentHeader& h, std::size_t count, const WireCont
   } else if (h.base_round < round) {
     return Error{errc::stale_round, "global fragment " + num(h.index) + " of round " + num(h.base_round) +
                                         " is older than the held round " + num(round)};
+  } else if (h.kind == FragmentKind::global_delta && h.from_round >= h.base_round) {
+    return Error{errc::malformed, "global delta of fragment " + num(h.index) + " goes from round " + num(h.from_round) +
+                                      " to round " + num(h.base_round) + "; rounds only go up"};
   }
   return {};
 }

@@ -37,6 +37,8 @@ struct FragmentConfig {
   double alpha = -1.0;           // θ_local ← α·θ_local + (1−α)·Θ; negative = 0.5 if tau > 0 else 0
   double effective_alpha() const { return alpha >= 0.0 ? alpha : (tau > 0 ? 0.5 : 0.0); }
   std::string encoding = "fp32"; // outer gradients on the wire: fp32, bf16, int8, int4, e3m0
+  std::string broadcast_encoding = "fp32"; // merged fragments on the wire: fp32 (exact Θ) or a lossy one
+                                           // (quantised change of Θ̂ with error feedback)
   int block_size = 64;           // values per scale (int8, int4, e3m0)
   bool error_feedback = true;    // carry the quantisation residual into the next send
 };

@@ -34,8 +34,9 @@ enum class errc : std::uint8_t {
   io_error,             // the file system refused (open, write, fsync, rename)
   corrupt_checkpoint,   // a checkpoint file that is not valid safetensors / diloco metadata
   checkpoint_mismatch,  // a valid checkpoint of a different model or fragment plan
+  missed_round,         // a global delta from a round the island does not hold: it must heal (re-join)
 };
-inline constexpr std::size_t errc_count = static_cast<std::size_t>(errc::checkpoint_mismatch) + 1;
+inline constexpr std::size_t errc_count = static_cast<std::size_t>(errc::missed_round) + 1;
 
 /// Stable snake_case name of a code ("future_round").
 std::string_view to_string(errc e);

@@ -69,8 +69,10 @@ public:
   /// sent + τ): at once when due, else queued until apply_gradient reaches that step (a newer
   /// round replaces a queued older one). Applying re-bases the fragment.
   bool adopt(int p, std::uint64_t round, std::span<const float> values);
-  /// Decodes and checks a global_params frame from the syncer, then adopt()s it. Returns
-  /// whether it was taken (false: not newer than what the island holds).
+  /// Decodes and checks a broadcast from the syncer, then adopt()s it. Returns whether it was
+  /// taken (false: not newer than what the island holds). A global_delta is added to the
+  /// fragment the island holds (or has queued) of its from_round; if the island holds another
+  /// round it missed a broadcast and fails with errc::missed_round: it must re-join (heal).
   Expected<bool> adopt_frame(std::span<const std::byte> frame);
   /// Heals from the syncer's current fragments: a fresh island (keep_local = false) takes them
   /// as its parameters; a running island re-joining a restarted syncer (keep_local = true)
@@ -83,6 +85,8 @@ public:
   bool must_wait() const;
 
   std::uint64_t base_round(int p) const { return base_round_[static_cast<std::size_t>(p)]; }
+  /// Θ_p of the base round: the global fragment the island holds (syncer's Θ̂_p).
+  std::span<const float> global(int p) const { return global_[static_cast<std::size_t>(p)]; }
   std::uint64_t tokens_since(int p) const { return tokens_[static_cast<std::size_t>(p)]; }
   std::uint64_t steps_since(int p) const { return steps_[static_cast<std::size_t>(p)]; }
   std::uint64_t tokens_total() const { return tokens_total_; }

@@ -23,7 +23,8 @@ struct SyncerSettings {
   MergeConfig merge;
   QuorumConfig quorum;
   OuterConfig outer;
-  CodecParams broadcast;         // encoding of the global fragments it sends (fp32: exact)
+  CodecParams broadcast;         // fp32: broadcasts Θ_p exactly (global_params); lossy: the quantised
+                                 // change of Θ̂_p (global_delta, error feedback by construction)
   long snapshot_every = 0;       // global rounds between snapshots (0: never)
 };
 
@@ -86,9 +87,15 @@ public:
   const SyncerStats& stats() const;
   const SyncerSettings& settings() const { return settings_; }
 
-  /// Θ_p as a global_params frame with its current round.
+  /// The broadcast of fragment p's latest commit. fp32: Θ_p as a global_params frame with its
+  /// current round. Lossy: the global_delta that commit produced (the same frame on every call;
+  /// Θ̂_p already moved by it); before any commit, or after restore(), Θ̂_p as global_params.
   Expected<Frame> global_frame(int p) const;
-  /// Every global fragment with its round: what a (re)starting island heals from.
+  /// Θ̂_p: the fragment every island reconstructs from the broadcasts (Θ_p with fp32).
+  std::vector<float> held(int p) const;
+  std::uint64_t held_round(int p) const;
+  /// Every Θ̂_p with its round, in fp32: what a (re)starting island heals from. Θ̂ rather than Θ,
+  /// so healed islands hold the same base as the others and the next delta applies to it.
   JoinReply join_reply() const;
 
   /// The state a restart needs: global params, outer momentum, rounds (checkpoint.hpp).
@@ -97,7 +104,8 @@ public:
   bool snapshot_due() const;
   void mark_snapshot() { snapshot_round_ = global_round(); }
   /// Restores from a checkpoint of the same plan; pending contributions are dropped (the
-  /// islands resend). Throws std::invalid_argument on a mismatch.
+  /// islands resend) and Θ̂ = Θ (islands re-join and heal from it). Throws
+  /// std::invalid_argument on a mismatch.
   void restore(const Checkpoint& cp);
 
 private:
@@ -108,6 +116,8 @@ private:
   };
   Commit commit(int p, double now);
   void open_round(int p, double now);
+  bool lossy() const { return settings_.broadcast.encoding != Encoding::fp32; }
+  void encode_delta(int p, std::span<const float> theta);
 
   const FragmentPlan* plan_;
   SyncerSettings settings_;
@@ -123,6 +133,11 @@ private:
   std::uint64_t snapshot_round_ = 0;
   std::vector<double> rx_, merged_;
   std::vector<float> theta_;
+  // Lossy broadcasts only: [p] Θ̂_p, its round, and the global_delta of its latest commit.
+  std::vector<std::vector<float>> held_;
+  std::vector<std::uint64_t> held_round_;
+  std::vector<std::optional<Expected<Frame>>> broadcast_;
+  std::vector<float> delta_, sent_;
 };
 
 }  // namespace diloco

@@ -23,16 +23,19 @@ enum class FragmentKind : std::uint8_t {
   outer_gradient = 0,  // island → syncer: δ = Θ_p − θ_p, based on global round `base_round`
   global_params = 1,   // syncer → island: Θ_p as of round `base_round`
   gradient = 2,        // ddp, island → syncer: the island's gradient on the parameters of step `base_round`
+  global_delta = 3,    // syncer → island: the quantised change from the Θ̂_p of `from_round` (what every
+                       // island holds) to Θ_p of `base_round`; Θ̂_p += decoded values (lossy broadcasts)
 };
 
 /// Everything a fragment message says besides its values.
 struct FragmentHeader {
   FragmentKind kind = FragmentKind::outer_gradient;
-  int island = 0;                // sender (syncer_id for global_params)
+  int island = 0;                // sender (syncer_id for global_params and global_delta)
   std::uint32_t index = 0;       // fragment number in the FragmentPlan
   std::uint64_t base_round = 0;  // round the delta is based on / round of these params
   std::uint64_t tokens = 0;      // tokens trained since base_round (merge weight)
   std::uint64_t steps = 0;       // inner steps since base_round
+  std::uint64_t from_round = 0;  // global_delta: the round the change applies to (0 for other kinds)
 };
 
 struct FragmentMessage {
@@ -115,7 +118,9 @@ struct WireContext {
 
 /// Checks a decoded fragment header against the receiver's state: kind, known fragment and
 /// sender, count equal to the fragment size, round neither from the future nor too stale,
-/// counters usable as merge weights.
+/// counters usable as merge weights. A receiver accepting global_params also takes
+/// global_delta (both are the syncer's broadcast); whether it holds the delta's from_round is
+/// its own business (IslandCore::adopt_frame).
 Status check_fragment(const FragmentHeader& h, std::size_t count, const WireContext& ctx);
 
 /// Receiving end for fragment frames: validates everything and decodes straight into the
