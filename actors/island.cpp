@@ -132,9 +132,11 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
     }
     return;
   }
-  // No chip alive: try again shortly (restarted chips show up in the directory).
+  // No chip alive: try again shortly (restarted chips show up in the directory). Otherwise the
+  // next step starts at once: a step_atom to itself would wait behind every chip's work in the
+  // scheduler's queue, and the chips would idle meanwhile.
   if (std::isnan(loss)) self->delayed_send(self, detail::micros(0.01), step_atom::value);
-  else self->send(self, step_atom::value);
+  else island_start_step(self, rt, st, i);
 }
 
 void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
@@ -321,7 +323,8 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
       [=](global_atom, const WireFrame& w) {
         if (rt->ddp()) return island_ddp_params(self, *rt, self->state, i, w);
         auto got = self->state.core->adopt_frame(detail::bytes_of(w));
-        if (!got) spdlog::warn("island {}: broadcast refused: {}", i, got.error().message());
+        if (!got && got.error().code == errc::missed_round) island_try_join(self, *rt, self->state, i);  // missed a delta: heal
+        else if (!got) spdlog::warn("island {}: broadcast refused: {}", i, got.error().message());
         if (rt->synchronous()) island_start_step(self, *rt, self->state, i);  // if it was waiting
       },
   };

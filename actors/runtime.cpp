@@ -196,6 +196,17 @@ Runtime::LinkTotals Runtime::link_totals() {
   return t;
 }
 
+std::vector<Runtime::LinkReport> Runtime::link_report() {
+  std::vector<LinkReport> out;
+  for (std::size_t s = 0; s < links.size(); ++s) {
+    auto& l = *links[s];
+    std::lock_guard lk(l.mu);
+    out.push_back({site_name(cfg, static_cast<int>(s)), l.up.bytes_carried(), l.down.bytes_carried(),
+                   l.up.peak_utilisation(1.0), l.down.peak_utilisation(1.0), l.up.config().bandwidth_Bps});
+  }
+  return out;
+}
+
 void Runtime::emit(const RuntimeEvent& e) {
   std::lock_guard lk(ev_mu_);
   if (on_event_) on_event_(e);

@@ -31,13 +31,45 @@ struct Tally {
   long loss_count = 0;
   std::vector<std::string> timeline;
   std::map<std::string, double> down;  // unit → when its fault was injected (time to heal)
+  std::vector<std::pair<double, std::string>> faults;  // (seconds since start, what) for --metrics
+  int dropped_shown = 0;
   Clock::time_point start = Clock::now();
   double since() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
 };
 
 }  // namespace
 
-int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label) {
+/// `--init` / `--save`: a run's parameters as a checkpoint of one whole-model fragment, so any
+/// mode can start from any other's result (e.g. a shared pretrained model).
+namespace {
+diloco::FragmentPlan whole_model_plan(const diloco::Model& m) {
+  return diloco::FragmentPlan::make("strided", m.layout(), 1);
+}
+}  // namespace
+
+std::vector<float> load_params(const diloco::RunConfig& cfg, const std::string& path) {
+  auto m = diloco::make_model(cfg.model);
+  const auto plan = whole_model_plan(*m);
+  auto cp = diloco::load_checkpoint(path, m->layout(), plan, diloco::LoadOptions{false});
+  if (!cp) throw std::runtime_error("--init " + path + ": " + cp.error().message());
+  return std::move(cp->params);
+}
+
+void save_params(const diloco::RunConfig& cfg, const std::string& path, std::span<const float> params) {
+  auto m = diloco::make_model(cfg.model);
+  const auto plan = whole_model_plan(*m);
+  diloco::Checkpoint cp;
+  cp.params.assign(params.begin(), params.end());
+  cp.momentum = {std::vector<float>(plan.size(0), 0.0f)};
+  cp.rounds = {0};
+  cp.metadata["saved_by"] = "diloco run --save (mode " + cfg.train.mode + ")";
+  if (auto ok = diloco::save_checkpoint(path, m->layout(), plan, cp); !ok)
+    throw std::runtime_error("--save " + path + ": " + ok.error().message());
+  spdlog::info("saved the final parameters to {}", path);
+}
+
+int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label,
+                  const std::vector<float>& initial, const std::string& save) {
   using namespace diloco;
   using namespace diloco::actors;
   std::ofstream jsonl;
@@ -80,6 +112,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     switch (e.kind) {
       case RuntimeEvent::fault:
         std::snprintf(line, sizeof line, "%8.2fs  %s", t, e.detail.c_str());
+        tally->faults.emplace_back(t, e.detail);
         if (e.detail.find("kill chip") != std::string::npos)
           tally->down["chip " + std::to_string(e.island) + "." + std::to_string(e.chip)] = t;
         else if (e.detail.find("kill island") != std::string::npos)
@@ -103,10 +136,21 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
       case RuntimeEvent::rejected:
         std::snprintf(line, sizeof line, "%8.2fs  syncer refused a fragment: %s", t, e.detail.c_str());
         break;
+      case RuntimeEvent::dropped:
+        // Late contributions are normal in small numbers; the first few are shown, all counted.
+        if (++tally->dropped_shown > 10) return;
+        std::snprintf(line, sizeof line, "%8.2fs  syncer dropped a late contribution: %s%s", t, e.detail.c_str(),
+                      tally->dropped_shown == 10 ? " (further drops are only counted)" : "");
+        break;
       default: return;
     }
     tally->timeline.emplace_back(line);
   });
+  if (!initial.empty()) {
+    if (initial.size() != rt->initial.size()) throw std::runtime_error("--init: the checkpoint is for another model");
+    rt->initial = initial;
+    rt->global = initial;
+  }
   const Corpus& corpus = rt->corpus;
   auto model = make_model(cfg.model);
   const auto eval = corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, cfg.train.eval_batches);
@@ -125,6 +169,10 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   configure_runtime_system(sc, static_cast<std::size_t>(cores));
   caf::actor_system sys(sc);
   const auto start = Clock::now();
+  {
+    std::lock_guard lk(tally->mu);
+    tally->start = start;  // timeline, fault marks and progress lines share one origin
+  }
   auto root = spawn_runtime(sys, rt);
   auto actor_now = [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
   if (!rt->schedule.empty()) {
@@ -198,12 +246,23 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   const auto gp = rt->goodput_report(actor_now());
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  // Per site link: bytes each way and the busiest second (peak bandwidth in use).
+  auto links_json = [&] {
+    std::string j = "[";
+    for (const auto& l : rt->link_report())
+      j += fmt::format("{}{{\"site\":\"{}\",\"up_bytes\":{},\"down_bytes\":{},\"up_peak_mbps\":{:.3f},"
+                       "\"down_peak_mbps\":{:.3f},\"bandwidth_mbps\":{:.3f}}}",
+                       j.size() > 1 ? "," : "", l.site, l.up_bytes, l.down_bytes, l.up_peak * l.bandwidth_Bps * 8e-6,
+                       l.down_peak * l.bandwidth_Bps * 8e-6, l.bandwidth_Bps * 8e-6);
+    return j + "]";
+  };
   std::vector<float> final_params;
   {
     std::lock_guard lk(rt->global_mu);
     final_params = rt->global;
   }
   const double final_eval = evaluate(*model, final_params, eval);
+  if (!save.empty()) save_params(cfg, save, final_params);
   std::printf("timeline (%zu events):\n", tally->timeline.size());
   for (const auto& l : tally->timeline) std::printf("  %s\n", l.c_str());
   const auto tokens = rt->counters.tokens.load();
@@ -223,19 +282,30 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
               100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
               gp.in_flight_chip_s, gp.global_downtime_s);
+  if (jsonl) {
+    std::lock_guard lk(tally->mu);
+    for (const auto& [t, what] : tally->faults) {
+      std::string esc;
+      for (char ch : what) esc += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+      jsonl << "{\"fault\":\"" << esc << "\",\"seconds\":" << t << "}\n";
+    }
+  }
   if (jsonl)
     jsonl << "{\"summary\":true,\"mode\":\"" << cfg.train.mode << "\",\"final_eval_loss\":" << final_eval
           << ",\"seconds\":" << secs << ",\"tokens\":" << tokens << ",\"bytes\":" << rt->counters.bytes_sent.load()
           << ",\"goodput\":" << gp.goodput << ",\"useful_chip_s\":" << gp.useful_chip_s
           << ",\"provisioned_chip_s\":" << gp.provisioned_chip_s << ",\"downtime_s\":" << gp.global_downtime_s
           << ",\"faults\":" << rt->schedule.size() << ",\"schedule_hash\":\"" << fmt::format("{:016x}", schedule_hash(rt->schedule))
-          << "\"}\n";
+          << "\",\"rounds\":" << printed << ",\"commits\":" << rt->counters.commits.load()
+          << ",\"dropped_stale\":" << rt->counters.dropped_stale.load() << ",\"links\":" << links_json() << "}\n";
   if (!rt->links.empty()) {
     const auto links = rt->link_totals();
-    std::printf("wan: %d links of %.1f Mbit/s, %.0f ms (emulated): %.2f MB carried incl. progress reports and %llu "
-                "retransmissions\n",
-                2 * site_count(cfg), cfg.wan.bandwidth_mbps, cfg.wan.latency_ms, links.bytes / 1e6,
+    std::printf("links (emulated%s): %.2f MB carried incl. progress reports, %llu retransmissions\n",
+                cfg.wan.enabled ? "" : ", ideal but for partitions", links.bytes / 1e6,
                 static_cast<unsigned long long>(links.retransmissions));
+    for (const auto& l : rt->link_report())
+      std::printf("  %-12s %8.1f Mbit/s  up %10.3f MB (peak %5.1f%%)  down %10.3f MB (peak %5.1f%%)\n", l.site.c_str(),
+                  l.bandwidth_Bps * 8e-6, l.up_bytes / 1e6, 100.0 * l.up_peak, l.down_bytes / 1e6, 100.0 * l.down_peak);
   }
   return 0;
 }

@@ -2,12 +2,21 @@
 // lines per global round and a fault/recovery timeline.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "diloco/config.hpp"
 
-/// Runs the actor runtime to completion; returns the process exit code.
-int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label);
+#include <vector>
+
+/// Runs the actor runtime to completion; returns the process exit code. `initial` (optional)
+/// replaces the seeded initial parameters; `save` (optional) receives the final ones.
+int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label,
+                  const std::vector<float>& initial = {}, const std::string& save = {});
+/// `--save` / `--init`: parameters as a checkpoint of one whole-model fragment, so any mode can
+/// start from any other's result (e.g. a shared pretrained model).
+void save_params(const diloco::RunConfig& cfg, const std::string& path, std::span<const float> params);
+std::vector<float> load_params(const diloco::RunConfig& cfg, const std::string& path);
 
 /// `diloco demo supervision`: a built-in topology that loses a chip, an island and the syncer.
 int run_demo_supervision();

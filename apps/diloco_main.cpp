@@ -17,6 +17,7 @@
 #include "diloco/simulate.hpp"
 
 #include "decoupled_run.hpp"
+#include "site_run.hpp"
 
 namespace {
 
@@ -28,14 +29,16 @@ std::string json_number(double x) {
 }
 
 int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
-        std::optional<std::uint64_t> seed, bool on_actors = false) {
+        std::optional<std::uint64_t> seed, bool on_actors = false, const std::string& init = {},
+        const std::string& save = {}) {
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
   }
   diloco::RunConfig cfg = path.empty() ? diloco::parse_config("", overrides, "defaults")
                                        : diloco::load_config(path, overrides);
-  if (cfg.train.mode == "decoupled" || on_actors) return run_decoupled(cfg, metrics, path);
+  const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
+  if (cfg.train.mode == "decoupled" || on_actors) return run_decoupled(cfg, metrics, path, initial, save);
   if (cfg.chaos.enabled || !cfg.faults.empty() || cfg.wan.enabled || !cfg.sites.empty())
     spdlog::warn("the reference loop ignores [chaos], [[faults]], [wan] and [[sites]]: add --actors to run {} on the "
                  "actor runtime with them", cfg.train.mode);
@@ -63,7 +66,12 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
             << ",\"bytes\":" << json_number(r.bytes) << ",\"seconds\":" << json_number(r.seconds) << "}\n";
       jsonl.flush();
     }
-  });
+  }, initial);
+  if (!save.empty()) save_params(cfg, save, summary.params);
+  if (jsonl)
+    jsonl << "{\"summary\":true,\"mode\":\"" << cfg.train.mode << "\",\"final_eval_loss\":"
+          << json_number(summary.final_eval_loss) << ",\"seconds\":" << json_number(summary.seconds)
+          << ",\"tokens\":" << summary.tokens << ",\"bytes\":" << json_number(summary.bytes) << "}\n";
   std::printf("done: %s, final eval loss %.4f nats/token", cfg.train.mode.c_str(), summary.final_eval_loss);
   if (summary.entropy_floor)
     std::printf(" (entropy floor %.4f, unigram entropy %.4f; %.1f%% of the way from unigram to floor)",
@@ -343,6 +351,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", overrides, "override a key, e.g. --set train.H=10 (repeatable)");
   run_cmd->add_option("--metrics", metrics, "write one JSON object per round to this file");
   run_cmd->add_option("--seed", seed, "seed for both the model initialisation and the data");
+  std::string init_path, save_path;
+  run_cmd->add_option("--init", init_path, "start from the parameters in this checkpoint (one written by --save)")
+      ->check(CLI::ExistingFile);
+  run_cmd->add_option("--save", save_path, "write the final global parameters to this checkpoint (safetensors)");
   bool on_actors = false;
   run_cmd->add_flag("--actors", on_actors,
                     "run ddp / diloco / streaming on the actor runtime (synchronous, with faults, chaos and WAN links) "
@@ -365,9 +377,32 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("name", demo_name, "which demo: supervision (kill a chip, an island, the syncer)")
       ->check(CLI::IsMember({"supervision"}));
 
+  // Across processes (README "Across sites"): the syncer alone, or one site's islands.
+  NetFlags net;
+  std::vector<std::string> net_overrides;
+  auto* syncer_cmd = app.add_subcommand("syncer", "run only the syncer and publish it for the sites (mutual TLS)");
+  auto* site_cmd = app.add_subcommand("site", "run one site's islands and chips, connected to the syncer");
+  for (auto* c : {syncer_cmd, site_cmd}) {
+    c->add_option("config", net.config, "TOML topology ([[sites]], [net]); the same file at every process")
+        ->required()->check(CLI::ExistingFile);
+    c->add_option("--certs", net.certs, "directory from scripts/make-certs.sh (default: net.certs)");
+    c->add_flag("--insecure", net.insecure, "no TLS and no identity check (prints a warning; trusted networks only)");
+    c->add_option("--set", net_overrides, "override a key, e.g. --set train.steps=100 (repeatable)");
+  }
+  syncer_cmd->add_option("--listen", net.endpoint, "HOST:PORT to listen on (default: net.listen, loopback; port 0: any)");
+  syncer_cmd->add_option("--state", net.state, "directory of the syncer's checkpoint when syncer.checkpoint is \"\"")
+      ->capture_default_str();
+  syncer_cmd->add_option("--metrics", net.metrics, "append one JSON object per commit and round to this file");
+  site_cmd->add_option("--site", net.site, "this process's site name (a [[sites]] name)")->required();
+  site_cmd->add_option("--connect", net.endpoint, "HOST:PORT of the syncer (default: net.listen)");
+  site_cmd->add_option("--max-attempts", net.max_attempts, "give up after this many failed attempts in a row (0: never)")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
+    if (app.got_subcommand("syncer")) return run_syncer_process(diloco::load_config(net.config, net_overrides), net);
+    if (app.got_subcommand("site")) return run_site_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("demo")) return run_demo_supervision();
     if (app.got_subcommand("inspect")) {
       int bad = 0;
@@ -401,7 +436,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed, on_actors);
+    return run(path, overrides, metrics, seed, on_actors, init_path, save_path);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

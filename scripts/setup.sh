@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian 12 packages (idempotent).
-# `scripts/setup.sh --bench` also installs what the benchmarks compare against (PyTorch, OpenBLAS).
+# `scripts/setup.sh --bench` also installs what the benchmarks compare against (PyTorch, OpenBLAS)
+# and plot with (gnuplot).
 set -euo pipefail
 
 packages=(cmake g++ make ninja-build pkg-config
@@ -8,7 +9,7 @@ packages=(cmake g++ make ninja-build pkg-config
           libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
           nlohmann-json3-dev iproute2 python3)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch libopenblas0-pthread)
+  packages+=(python3-torch libopenblas0-pthread gnuplot-nox)
 fi
 
 # `--fuzz`: clang and its libFuzzer/sanitizer runtimes (tests/fuzz/README.md).

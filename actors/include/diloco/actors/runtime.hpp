@@ -137,6 +137,15 @@ struct Runtime {
     std::uint64_t retransmissions = 0;
   };
   LinkTotals link_totals();
+  /// Per site: bytes each way (retransmissions included) and the busiest second's share of the
+  /// link's bandwidth (peak use).
+  struct LinkReport {
+    std::string site;
+    std::uint64_t up_bytes = 0, down_bytes = 0;
+    double up_peak = 0.0, down_peak = 0.0;  // in [0, 1]
+    double bandwidth_Bps = 0.0;
+  };
+  std::vector<LinkReport> link_report();
 
   /// The syncer's last snapshot in memory (also written to cfg.syncer.checkpoint when set).
   std::mutex snap_mu;

@@ -1,0 +1,88 @@
+// Islands and the syncer in separate processes: the syncer publishes a gateway over CAF's io
+// middleman (mutual TLS through libcaf_openssl by default), a site process connects to it with
+// capped exponential back-off, proves which site it is, and gets a relay its islands treat as
+// their syncer. Heartbeats in both directions; a silent or disconnected site loses its islands.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/expected.hpp>
+#include <caf/fwd.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "diloco/actors/runtime.hpp"
+
+namespace diloco::actors {
+
+/// The syncer's answer to a site that proved who it is: the relay its islands send to (their
+/// "syncer" in the directory), and the last step the syncer heard of from each of the site's
+/// islands, so that a restarted site process resumes them there instead of at step 0.
+struct SiteSession {
+  caf::actor relay;
+  std::vector<std::int64_t> islands;
+  std::vector<std::int64_t> steps;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SiteSession& x) {
+  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps);
+}
+
+/// "HOST:PORT" (port 0: any free port when listening). Throws std::invalid_argument.
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+Endpoint parse_endpoint(const std::string& s);
+
+/// One party's TLS material from a scripts/make-certs.sh directory: DIR/ca.pem, DIR/NAME.pem,
+/// DIR/NAME.key. Throws std::runtime_error naming a missing file.
+struct TlsFiles {
+  std::string ca, cert, key;
+};
+TlsFiles tls_files(const std::string& dir, const std::string& name);
+
+/// Prepares an actor system for the network: the site protocol's message types, the io
+/// middleman with BASP heartbeats and connection timeout from [net], and, when `tls` is set,
+/// the OpenSSL module with that certificate, key and CA (peers must present a certificate
+/// signed by the CA). Call after configure_runtime_system.
+void configure_network(caf::actor_system_config& cfg, const NetConfig& net, const TlsFiles* tls);
+
+/// A line for the process's timeline (who connected, was refused, was lost).
+using NetLog = std::function<void(const std::string&)>;
+
+/// The syncer side. `ca_file` empty = insecure: a site is taken at its word (no proof).
+struct GatewayOptions {
+  std::string ca_file;
+  NetLog log;
+};
+/// Spawns the gateway, the one actor a syncer process publishes. A site says hello with its
+/// certificate, signs the gateway's random challenge with the certificate's key (identity.hpp)
+/// and gets a SiteSession whose relay checks every frame's sender and island before it reaches
+/// the syncer (refusals are counted as rejected).
+caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o);
+/// Publishes the gateway at `at` (TLS unless `tls` is false); returns the bound port.
+caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway, const Endpoint& at, bool tls);
+
+/// The site side.
+struct ConnectorOptions {
+  std::string site;
+  Endpoint syncer;
+  bool tls = true;
+  std::string cert_file, key_file;                    // tls: sent / signs the challenge
+  int max_attempts = 0;                               // failed attempts in a row before giving up (0: never)
+  std::function<void(const SiteSession&)> on_session; // every new session (on the connector's thread)
+  std::function<void()> on_give_up;
+  NetLog log;
+};
+/// Spawns the connector of a site process: connects, authenticates, puts the relay into the
+/// runtime's directory (islands join it as their syncer), heartbeats, and on any loss clears
+/// the directory and reconnects with capped exponential back-off ([net] reconnect_*_ms). The
+/// islands keep training meanwhile and re-join the new relay.
+caf::actor spawn_connector(caf::actor_system& sys, std::shared_ptr<Runtime> rt, ConnectorOptions o);
+
+}  // namespace diloco::actors

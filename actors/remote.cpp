@@ -1,0 +1,453 @@
+// Across processes: the syncer's gateway and per-site relays, and a site's connector, over
+// CAF 0.17's io middleman with mutual TLS (libcaf_openssl). Every frame from the network is
+// decoded and checked (sender node, island of that site) before it is handed to the syncer,
+// which validates it again as it does in one process.
+#include "diloco/actors/remote.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <dlfcn.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+#include <spdlog/spdlog.h>
+
+#include "detail.hpp"
+#include "diloco/actors/identity.hpp"
+
+namespace diloco::actors {
+
+namespace {
+
+using hello_atom = caf::atom_constant<caf::atom("dl_hello")>;  // site → gateway: name, certificate
+using prove_atom = caf::atom_constant<caf::atom("dl_prove")>;  // site → gateway: signed challenge
+using beat_atom = caf::atom_constant<caf::atom("dl_beat")>;    // site ↔ relay: Heartbeat frame
+using redial_atom = caf::atom_constant<caf::atom("dl_redial")>; // connector → itself: try again
+using pulse_atom = caf::atom_constant<caf::atom("dl_pulse")>;   // relay / connector → itself: timer
+
+std::chrono::microseconds ms(double x) { return detail::micros(x / 1000.0); }
+
+WireFrame frame_of(const Bytes& b) { return WireFrame{b}; }
+
+// ---- relay: one per authenticated site session, in the syncer process ----
+
+// A declared constructor: CAF 0.17 builds the state as State(self) whenever that compiles, and
+// C++20's parenthesised aggregate initialisation would then set the first handle to self.
+struct RelayState {
+  RelayState() = default;
+  caf::actor syncer;
+  caf::actor connector;
+  std::map<int, caf::actor_addr> joined;  // island → its proxy (for a heartbeat loss)
+  double last_heard = 0.0;
+  bool closing = false;
+};
+
+caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr<Runtime> rt, int site,
+                          caf::actor syncer, caf::actor connector, NetLog log) {
+  detail::guard(self, "relay " + site_name(rt->cfg, site));
+  auto& st = self->state;
+  st.syncer = syncer;
+  st.connector = connector;
+  st.last_heard = detail::now_s(self);
+  self->monitor(syncer);
+  self->monitor(connector);
+  const std::string name = site_name(rt->cfg, site);
+  const auto mine = islands_of_site(rt->cfg, site);
+  const caf::node_id peer = connector.node();
+  // Counted and reported as the syncer's own refusals are (the app prints rejected events).
+  auto refuse = [self, rt, name](const std::string& why) {
+    ++rt->counters.rejected;
+    rt->emit({RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {}, "site " + name + "'s session: " + why,
+              detail::now_s(self)});
+  };
+  // The island a frame speaks for, if its sender is the site's process and the island is the site's.
+  auto admit = [self, mine, peer, name, refuse](const WireFrame& w, MessageType want) -> int {
+    auto from = self->current_sender();
+    if (!from || from->node() != peer) {
+      refuse("sender is not on site " + name + "'s node");
+      return -1;
+    }
+    auto msg = decode_message(detail::bytes_of(w));
+    if (!msg) {
+      refuse(msg.error().message());
+      return -1;
+    }
+    if (type_of(*msg) != want) {
+      refuse("unexpected " + std::string(to_string(type_of(*msg))) + " message");
+      return -1;
+    }
+    int island = -1;
+    if (auto* j = std::get_if<JoinRequest>(&*msg)) island = j->island;
+    else if (auto* p = std::get_if<ProgressMessage>(&*msg)) island = p->island;
+    else if (auto* f = std::get_if<FragmentMessage>(&*msg)) island = f->header.island;
+    if (std::find(mine.begin(), mine.end(), island) == mine.end()) {
+      refuse("island " + std::to_string(island) + " does not belong to site " + name);
+      return -1;
+    }
+    return island;
+  };
+  auto close = [self, rt, name, log](const std::string& why, caf::sec code) {
+    auto& st = self->state;
+    if (st.closing) return;
+    st.closing = true;
+    // The syncer learns of a lost connection from its monitors; a silent site is lost by this
+    // decision, so tell it as the monitors would.
+    if (code == caf::sec::connection_timeout)
+      for (auto& [i, addr] : st.joined) self->send(st.syncer, caf::down_msg{addr, caf::make_error(code, why)});
+    if (log) log("site " + name + " lost: " + why);
+    self->quit(caf::make_error(code, why));
+  };
+  self->set_down_handler([self, name, close](caf::down_msg& m) {
+    if (m.source == self->state.syncer.address()) close("the syncer restarted", caf::sec::runtime_error);
+    else if (m.source == self->state.connector.address())
+      close("connection to " + name + " closed (" + self->system().render(m.reason) + ")",
+            caf::sec::remote_linking_failed);
+  });
+  const double timeout = rt->cfg.net.timeout_ms / 1000.0;
+  self->delayed_send(self, ms(rt->cfg.net.heartbeat_ms), pulse_atom::value);
+  return {
+      [=](join_atom a, WireFrame& w) {
+        const int i = admit(w, MessageType::join_request);
+        if (i < 0) return;
+        self->state.joined[i] = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        self->delegate(self->state.syncer, a, std::move(w));
+      },
+      [=](progress_atom a, WireFrame& w) {
+        const int i = admit(w, MessageType::progress);
+        if (i < 0) return;
+        // The last step heard of, for a restarted site process to resume from.
+        if (auto msg = decode_message(detail::bytes_of(w)); msg)
+          if (auto* p = std::get_if<ProgressMessage>(&*msg)) {
+            auto& s = rt->island_steps[static_cast<std::size_t>(i)];
+            s = std::max<long>(s.load(), static_cast<long>(p->local_step));
+          }
+        self->delegate(self->state.syncer, a, std::move(w));
+      },
+      [=](fragment_atom a, WireFrame& w) {
+        if (admit(w, MessageType::fragment) < 0) return;
+        self->delegate(self->state.syncer, a, std::move(w));
+      },
+      [=](beat_atom, const WireFrame& w) {
+        auto from = self->current_sender();
+        auto msg = decode_message(detail::bytes_of(w));
+        if (!from || from->node() != peer || !msg || !std::holds_alternative<Heartbeat>(*msg)) {
+          refuse("bad heartbeat");
+          return;
+        }
+        self->state.last_heard = detail::now_s(self);
+        auto hb = std::get<Heartbeat>(*msg);
+        hb.sender = syncer_id;  // echo: the site measures the round trip with its own clock
+        self->send(self->state.connector, beat_atom::value, detail::to_wire(encode_message(hb)));
+      },
+      [=](pulse_atom) {
+        const double silent = detail::now_s(self) - self->state.last_heard;
+        if (silent > timeout) {
+          close("no heartbeat for " + std::to_string(static_cast<int>(silent * 1000)) + " ms",
+                caf::sec::connection_timeout);
+          return;
+        }
+        self->delayed_send(self, ms(rt->cfg.net.heartbeat_ms), pulse_atom::value);
+      },
+  };
+}
+
+// ---- gateway: the published actor; authenticates sites and hands out relays ----
+
+struct Pending {
+  std::string site;
+  Bytes cert;
+  Bytes nonce;
+};
+
+struct GatewayState {
+  std::map<caf::actor_addr, Pending> pending;  // by the connector asking
+  std::map<int, caf::actor> sessions;          // site → its current relay
+};
+
+caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
+  detail::guard(self, "gateway");
+  auto refuse = [self, rt](const std::string& why) {
+    ++rt->counters.rejected;
+    rt->emit({RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {}, why, detail::now_s(self)});
+    return caf::make_error(caf::sec::request_receiver_down, why);
+  };
+  return {
+      [=](hello_atom, const std::string& site, const WireFrame& cert) -> caf::result<WireFrame> {
+        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        if (!from) return refuse("hello without a sender");
+        if (site_index(rt->cfg, site) < 0) return refuse("hello from unknown site '" + site + "'");
+        auto& p = self->state.pending;
+        if (p.size() >= 256) p.erase(p.begin());  // bounded: unanswered challenges are dropped
+        Pending x{site, cert.bytes, random_nonce()};
+        auto nonce = frame_of(x.nonce);
+        p[from] = std::move(x);
+        return nonce;
+      },
+      [=](prove_atom, const WireFrame& sig) -> caf::result<SiteSession> {
+        auto from = self->current_sender();
+        auto addr = caf::actor_cast<caf::actor_addr>(from);
+        auto it = self->state.pending.find(addr);
+        if (!from || it == self->state.pending.end()) return refuse("proof without a challenge");
+        const Pending x = std::move(it->second);
+        self->state.pending.erase(it);
+        if (!o.ca_file.empty()) {
+          auto why = verify_site_proof(o.ca_file, x.cert, x.site, challenge_message(x.site, x.nonce), sig.bytes);
+          if (!why.empty()) return refuse("site '" + x.site + "' not authenticated: " + why);
+        }
+        auto syncer = rt->dir.syncer();
+        if (!syncer) return caf::make_error(caf::sec::request_receiver_down, "the syncer is restarting");
+        const int site = site_index(rt->cfg, x.site);
+        auto& old = self->state.sessions[site];
+        if (old) self->send_exit(old, caf::make_error(caf::sec::runtime_error, "superseded by a new session"));
+        auto connector = caf::actor_cast<caf::actor>(from);
+        old = self->spawn(relay_actor, rt, site, syncer, connector, o.log);
+        SiteSession s;
+        s.relay = old;
+        for (int i : islands_of_site(rt->cfg, site)) {
+          s.islands.push_back(i);
+          s.steps.push_back(rt->island_steps[static_cast<std::size_t>(i)].load());
+        }
+        if (o.log)
+          o.log("site " + x.site + (o.ca_file.empty() ? " connected (insecure: identity not checked)"
+                                                      : " authenticated (certificate CN=" + x.site + ", key proven)") +
+                ", from node " + caf::to_string(from->node()));
+        return s;
+      },
+  };
+}
+
+// ---- connector: a site process's link to the syncer ----
+
+struct ConnectorState {
+  ConnectorState() = default;  // not State(self): see RelayState
+  caf::actor gateway;
+  caf::actor relay;
+  bool dialing = false;
+  int failures = 0;
+  std::uint64_t sequence = 0;
+  double last_echo = 0.0;
+  int sessions = 0;
+};
+
+caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::shared_ptr<Runtime> rt,
+                              ConnectorOptions o) {
+  detail::guard(self, "connector " + o.site);
+  const auto& net = rt->cfg.net;
+  const std::string where = o.syncer.host + ":" + std::to_string(o.syncer.port);
+  std::string why;
+  const Bytes cert = o.tls ? read_bytes(o.cert_file, &why) : Bytes{};
+  if (o.tls && cert.empty()) throw std::runtime_error(why);
+  auto log = [o](const std::string& s) {
+    if (o.log) o.log(s);
+  };
+  // Capped exponential back-off: initial · 2^(failures−1), at most reconnect_max_ms.
+  auto retry = [self, net, log, o](const std::string& what) {
+    auto& st = self->state;
+    st.dialing = false;
+    ++st.failures;
+    if (o.max_attempts > 0 && st.failures >= o.max_attempts) {
+      log("giving up after " + std::to_string(st.failures) + " failed attempts: " + what);
+      if (o.on_give_up) o.on_give_up();
+      self->quit();
+      return;
+    }
+    const double d = std::min(net.reconnect_max_ms, net.reconnect_initial_ms * std::pow(2.0, st.failures - 1));
+    log(what + "; retrying in " + std::to_string(static_cast<int>(d)) + " ms");
+    self->delayed_send(self, ms(d), redial_atom::value);
+  };
+  auto lose = [self, rt, log](const std::string& what) {
+    auto& st = self->state;
+    if (st.relay) {
+      self->demonitor(st.relay);
+      st.relay = caf::actor{};
+      rt->dir.set_syncer(caf::actor{});  // islands keep training and re-join the next relay
+      log("session lost: " + what);
+    }
+  };
+  auto authenticate = [=](caf::actor gw) {
+    self->request(gw, std::chrono::seconds(10), hello_atom::value, o.site, frame_of(cert))
+        .then(
+            [=](const WireFrame& nonce) {
+              std::string err;
+              Bytes sig;
+              if (o.tls) {
+                sig = sign_with_key(o.key_file, challenge_message(o.site, nonce.bytes), &err);
+                if (sig.empty()) {
+                  retry("cannot sign the challenge: " + err);
+                  return;
+                }
+              }
+              self->request(gw, std::chrono::seconds(10), prove_atom::value, frame_of(sig))
+                  .then(
+                      [=](SiteSession& s) {
+                        auto& st = self->state;
+                        st.dialing = false;
+                        st.failures = 0;
+                        if (!s.relay) {
+                          retry("session without a relay");
+                          return;
+                        }
+                        st.relay = s.relay;
+                        self->monitor(st.relay);
+                        st.last_echo = detail::now_s(self);
+                        ++st.sessions;
+                        rt->dir.set_syncer(st.relay);
+                        log("session " + std::to_string(st.sessions) + " with the syncer at " + where +
+                            (o.tls ? " (mutual TLS, site proven)" : " (INSECURE)"));
+                        if (o.on_session) o.on_session(s);
+                      },
+                      [=](caf::error& e) { retry("refused by the syncer: " + self->system().render(e)); });
+            },
+            [=](caf::error& e) { retry("hello failed: " + self->system().render(e)); });
+  };
+  auto dial = [=] {
+    auto& st = self->state;
+    if (st.dialing || st.relay) return;
+    st.dialing = true;
+    if (st.gateway) {
+      authenticate(st.gateway);
+      return;
+    }
+    auto mm = o.tls ? self->system().openssl_manager().actor_handle() : self->system().middleman().actor_handle();
+    self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, o.syncer.host, o.syncer.port)
+        .then(
+            [=](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) {
+              if (!p) {
+                retry("nothing published at " + where);
+                return;
+              }
+              auto gw = caf::actor_cast<caf::actor>(std::move(p));
+              self->state.gateway = gw;
+              self->monitor(gw);
+              authenticate(gw);
+            },
+            [=](caf::error& e) { retry("cannot connect to " + where + ": " + self->system().render(e)); });
+  };
+  self->set_down_handler([=](caf::down_msg& m) {
+    auto& st = self->state;
+    if (st.gateway && m.source == st.gateway.address()) {
+      st.gateway = caf::actor{};
+      lose("connection to the syncer closed (" + self->system().render(m.reason) + ")");
+    } else if (st.relay && m.source == st.relay.address()) {
+      lose("the syncer closed the session (" + self->system().render(m.reason) + ")");
+    } else {
+      return;
+    }
+    if (!st.dialing) retry("reconnecting");
+  });
+  self->send(self, redial_atom::value);
+  self->delayed_send(self, ms(net.heartbeat_ms), pulse_atom::value);
+  return {
+      [=](redial_atom) { dial(); },
+      [=](pulse_atom) {
+        auto& st = self->state;
+        const double now = detail::now_s(self);
+        if (st.relay) {
+          if (now - st.last_echo > net.timeout_ms / 1000.0) {
+            lose("no heartbeat from the syncer for " + std::to_string(static_cast<int>((now - st.last_echo) * 1000)) +
+                 " ms");
+            if (!st.dialing) retry("reconnecting");
+          } else {
+            Heartbeat hb{site_index(rt->cfg, o.site), ++st.sequence,
+                         static_cast<std::uint64_t>(std::max(0.0, now) * 1e9)};
+            self->send(st.relay, beat_atom::value, detail::to_wire(encode_message(hb)));
+          }
+        }
+        self->delayed_send(self, ms(net.heartbeat_ms), pulse_atom::value);
+      },
+      [=](beat_atom, const WireFrame& w) {
+        auto msg = decode_message(detail::bytes_of(w));
+        if (!msg || !std::holds_alternative<Heartbeat>(*msg) || std::get<Heartbeat>(*msg).sender != syncer_id) return;
+        auto from = self->current_sender();
+        if (self->state.relay && from && from->address() == self->state.relay.address())
+          self->state.last_echo = detail::now_s(self);
+      },
+  };
+}
+
+}  // namespace
+
+Endpoint parse_endpoint(const std::string& s) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw std::invalid_argument("expected HOST:PORT (got \"" + s + "\")");
+  Endpoint e;
+  e.host = s.substr(0, colon);
+  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
+  const auto port = s.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoul(port) > 65535)
+    throw std::invalid_argument("bad port in \"" + s + "\"");
+  e.port = static_cast<std::uint16_t>(std::stoul(port));
+  return e;
+}
+
+TlsFiles tls_files(const std::string& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  TlsFiles t{(fs::path(dir) / "ca.pem").string(), (fs::path(dir) / (name + ".pem")).string(),
+             (fs::path(dir) / (name + ".key")).string()};
+  for (const auto& f : {t.ca, t.cert, t.key})
+    if (!fs::exists(f))
+      throw std::runtime_error("TLS: missing " + f + " (make them with scripts/make-certs.sh " + dir + " syncer SITE...)");
+  return t;
+}
+
+void configure_network(caf::actor_system_config& cfg, const NetConfig& net, const TlsFiles* tls) {
+  cfg.add_message_type<SiteSession>("diloco.SiteSession");
+  cfg.load<caf::io::middleman>();
+  // BASP's own heartbeats and timeout close a silent connection, which kills its proxies: the
+  // monitors on both sides then report the loss as for a closed socket.
+  cfg.set("middleman.heartbeat-interval", caf::timespan{ms(net.heartbeat_ms)});
+  cfg.set("middleman.connection-timeout", caf::timespan{ms(net.timeout_ms)});
+  if (tls) {
+    cfg.load<caf::openssl::manager>();
+    cfg.openssl_certificate = tls->cert;
+    cfg.openssl_key = tls->key;
+    cfg.openssl_cafile = tls->ca;
+  }
+}
+
+caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o) {
+  return sys.spawn(gateway_actor, std::move(rt), std::move(o));
+}
+
+caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway, const Endpoint& at, bool tls) {
+  const char* host = at.host.empty() ? nullptr : at.host.c_str();
+  if (tls) return caf::openssl::publish(gateway, at.port, host, true);
+  return gateway.home_system().middleman().publish(gateway, at.port, host, true);
+}
+
+caf::actor spawn_connector(caf::actor_system& sys, std::shared_ptr<Runtime> rt, ConnectorOptions o) {
+  return sys.spawn(connector_actor, std::move(rt), std::move(o));
+}
+
+}  // namespace diloco::actors
+
+// Work-around for libcaf_openssl 0.17.6: its sessions call SSL_read/SSL_write without clearing
+// the thread's OpenSSL error queue first, and drain it only when CAF logging is on. One peer
+// that goes away (kill -9, or a normal exit without close_notify) leaves an error in the queue
+// of the middleman's thread, and the next SSL_get_error on any *other* session reads it and
+// closes that healthy connection too: every site dropped when one site exited. This definition
+// interposes the one libcaf_openssl calls (the executable's symbols come first): it answers
+// with libssl's own SSL_get_error, then clears the queue so the error stays with its session.
+extern "C" int SSL_get_error(const SSL* s, int ret) {
+  using Fn = int (*)(const SSL*, int);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "SSL_get_error"));
+  const int e = real(s, ret);
+  ERR_clear_error();
+  return e;
+}

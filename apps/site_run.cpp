@@ -1,0 +1,355 @@
+// `diloco syncer` and `diloco site`: the syncer and each site's islands in their own processes.
+// The syncer process publishes its gateway and prints how to join; a site process connects,
+// proves its identity, and runs its islands under their supervisors (actors/remote.hpp).
+#include "site_run.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <linux/tcp.h>  // tcp_info with tcpi_bytes_acked (glibc's is older)
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "diloco/actors/remote.hpp"
+#include "diloco/actors/runtime.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Timestamped lines on stdout from any thread (the process's timeline).
+class Timeline {
+public:
+  void line(const std::string& s) {
+    std::lock_guard lk(mu_);
+    std::printf("%8.2fs  %s\n", since(), s.c_str());
+    std::fflush(stdout);
+  }
+  double since() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+private:
+  std::mutex mu_;
+  Clock::time_point start_ = Clock::now();
+};
+
+std::string list(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+/// Bytes this process's open TCP sockets carried, from the kernel (TCP_INFO: payload sent and
+/// acknowledged, payload received; TLS records and BASP headers included, IP/TCP headers not):
+/// the measured side of the benchmark's bytes-per-link comparison.
+struct SocketBytes {
+  std::uint64_t sent = 0, received = 0;
+};
+SocketBytes socket_bytes() {
+  SocketBytes b;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return b;
+  while (auto* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    struct stat st {};
+    if (fd <= 2 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    tcp_info ti{};
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
+    b.sent += ti.tcpi_bytes_acked;
+    b.received += ti.tcpi_bytes_received;
+  }
+  closedir(d);
+  return b;
+}
+
+void refuse_mode(const diloco::RunConfig& cfg) {
+  if (cfg.train.mode == "ddp")
+    throw diloco::ConfigError({"train.mode: \"ddp\" runs in one process; the syncer and sites need \"decoupled\", "
+                               "\"diloco\" or \"streaming\""});
+}
+
+std::optional<diloco::actors::TlsFiles> tls_of(const NetFlags& f, const diloco::RunConfig& cfg, const std::string& who) {
+  if (f.insecure) {
+    const char* warn =
+        "WARNING: --insecure: no TLS. Frames cross the network in clear text and any process that can reach the "
+        "port can speak for any site. Use it only on a trusted, private network.";
+    std::fprintf(stderr, "\n*** %s ***\n\n", warn);
+    spdlog::warn("{}", warn);
+    return std::nullopt;
+  }
+  return diloco::actors::tls_files(f.certs.empty() ? cfg.net.certs : f.certs, who);
+}
+
+}  // namespace
+
+int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
+  using namespace diloco;
+  using namespace diloco::actors;
+  refuse_mode(cfg);
+  const auto at = parse_endpoint(f.endpoint.empty() ? cfg.net.listen : f.endpoint);
+  const std::string certs = f.certs.empty() ? cfg.net.certs : f.certs;
+  const auto tls = tls_of(f, cfg, "syncer");
+  // kill -9 of this process loses at most snapshot_every rounds: the snapshot is on disk.
+  if (cfg.syncer.checkpoint.empty()) {
+    const std::filesystem::path dir = f.state.empty() ? "diloco-state" : f.state;
+    std::filesystem::create_directories(dir);
+    cfg.syncer.checkpoint = (dir / "syncer.safetensors").string();
+  }
+  if (cfg.syncer.snapshot_every <= 0)
+    spdlog::warn("syncer.snapshot_every = 0: no snapshots, a restarted syncer starts from the initial parameters");
+  std::ofstream jsonl;
+  if (!f.metrics.empty()) {
+    jsonl.open(f.metrics, std::ios::app);  // a restarted syncer appends
+    if (!jsonl) throw std::runtime_error("--metrics: cannot open '" + f.metrics + "'");
+  }
+  auto tl = std::make_shared<Timeline>();
+  struct Commit {
+    std::uint64_t round;
+    int fragment;
+    std::vector<int> islands;
+    double t;
+  };
+  auto mu = std::make_shared<std::mutex>();
+  auto commits = std::make_shared<std::deque<Commit>>();
+  auto rt = std::make_shared<Runtime>(cfg, [tl, mu, commits](const RuntimeEvent& e) {
+    switch (e.kind) {
+      case RuntimeEvent::commit: {
+        std::lock_guard lk(*mu);
+        commits->push_back({e.round, e.fragment, e.islands, tl->since()});
+        return;
+      }
+      case RuntimeEvent::restore:
+        tl->line("syncer restored (" + e.detail + ") at global round " + std::to_string(e.round));
+        return;
+      case RuntimeEvent::join:
+        tl->line("island " + std::to_string(e.island) + " joined at global round " + std::to_string(e.round));
+        return;
+      case RuntimeEvent::rejected: tl->line("refused: " + e.detail); return;
+      case RuntimeEvent::dropped: tl->line("dropped a late contribution: " + e.detail); return;
+      default: return;
+    }
+  });
+  auto model = make_model(cfg.model);
+  const auto eval = rt->corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, cfg.train.eval_batches);
+  const double initial_eval = evaluate(*model, rt->initial, eval);
+
+  caf::actor_system_config sc;
+  configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
+  configure_network(sc, cfg.net, tls ? &*tls : nullptr);
+  caf::actor_system sys(sc);
+  SpawnSet only_syncer;
+  only_syncer.syncer = true;
+  only_syncer.all_islands = false;
+  auto root = spawn_runtime(sys, rt, {}, only_syncer);
+  auto gateway = spawn_gateway(sys, rt, GatewayOptions{tls ? tls->ca : std::string(), [tl](const std::string& s) { tl->line(s); }});
+  auto port = publish_gateway(gateway, at, tls.has_value());
+  if (!port) {
+    spdlog::error("cannot listen on {}:{}: {}", at.host, at.port, sys.render(port.error()));
+    caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+    return 1;
+  }
+  const std::string addr = at.host + ":" + std::to_string(*port);
+  std::printf("diloco syncer: listening on %s (%s); snapshots every %ld rounds to %s\n", addr.c_str(),
+              tls ? ("mutual TLS, peers must hold a certificate of " + tls->ca).c_str() : "INSECURE, no TLS",
+              static_cast<long>(cfg.syncer.snapshot_every), cfg.syncer.checkpoint.c_str());
+  std::printf("initial eval loss %.4f; %d sites, %d islands, %ld steps, H=%d, P=%d\n", initial_eval, site_count(cfg),
+              cfg.train.islands, cfg.train.steps, cfg.train.H, rt->P());
+  std::printf("join with:\n");
+  const std::string config = f.config.empty() ? "CONFIG" : f.config;
+  for (int s = 0; s < site_count(cfg); ++s)
+    std::printf("  diloco site %s --site %s --connect %s%s   # islands %s\n", config.c_str(), site_name(cfg, s).c_str(),
+                addr.c_str(), f.insecure ? " --insecure" : (" --certs " + certs).c_str(),
+                list(islands_of_site(cfg, s)).c_str());
+  std::fflush(stdout);
+  if (jsonl) jsonl << "{\"event\":\"start\",\"port\":" << *port << ",\"initial_eval_loss\":" << initial_eval << "}\n";
+
+  auto tree_failed = std::make_shared<std::atomic<bool>>(false);
+  root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
+  auto all_done = [&] {
+    for (int i = 0; i < cfg.train.islands; ++i)
+      if (rt->island_steps[static_cast<std::size_t>(i)].load() < cfg.train.steps) return false;
+    return true;
+  };
+  std::uint64_t last_round = 0;
+  double last_eval = initial_eval;
+  Clock::time_point finished{};
+  const auto start = Clock::now();
+  for (;;) {
+    std::deque<Commit> cs;
+    {
+      std::lock_guard lk(*mu);
+      cs.swap(*commits);
+    }
+    for (const auto& c : cs) {
+      std::printf("%8.2fs  commit round %llu fragment %d: islands %s\n", c.t, static_cast<unsigned long long>(c.round),
+                  c.fragment, list(c.islands).c_str());
+      if (jsonl)
+        jsonl << "{\"event\":\"commit\",\"round\":" << c.round << ",\"fragment\":" << c.fragment << ",\"islands\":["
+              << list(c.islands) << "],\"t\":" << c.t << "}\n";
+    }
+    std::deque<std::pair<std::uint64_t, std::vector<float>>> rounds;
+    {
+      std::lock_guard lk(rt->global_mu);
+      rounds.swap(rt->new_rounds);
+    }
+    for (const auto& [round, global] : rounds) {
+      last_eval = evaluate(*model, global, eval);
+      last_round = round;
+      std::printf("%8.2fs  round %llu eval loss %.4f\n", tl->since(), static_cast<unsigned long long>(round), last_eval);
+      if (jsonl) jsonl << "{\"event\":\"round\",\"round\":" << round << ",\"eval_loss\":" << last_eval << ",\"t\":" << tl->since() << "}\n";
+    }
+    std::fflush(stdout);
+    if (tree_failed->load()) {
+      spdlog::error("the syncer's supervision tree stopped");
+      return 1;
+    }
+    if (all_done()) {
+      if (finished == Clock::time_point{}) finished = Clock::now();
+      if (Clock::now() - finished > std::chrono::milliseconds(500)) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<float> final_params;
+  {
+    std::lock_guard lk(rt->global_mu);
+    final_params = rt->global;
+  }
+  const double final_eval = evaluate(*model, final_params, eval);
+  std::printf("done: syncer, %llu global rounds, final eval loss %.4f nats/token (initial %.4f), %.1f s, %llu "
+              "fragment commits, %.3f MB accounted syncer -> sites, %llu frames refused\n",
+              static_cast<unsigned long long>(last_round), final_eval, initial_eval, secs,
+              static_cast<unsigned long long>(rt->counters.commits.load()), rt->counters.bytes_sent.load() / 1e6,
+              static_cast<unsigned long long>(rt->counters.rejected.load()));
+  std::fflush(stdout);
+  if (jsonl)
+    jsonl << "{\"event\":\"done\",\"rounds\":" << last_round << ",\"final_eval_loss\":" << final_eval
+          << ",\"initial_eval_loss\":" << initial_eval << ",\"seconds\":" << secs
+          << ",\"bytes_accounted\":" << rt->counters.bytes_sent.load() << ",\"rejected\":" << rt->counters.rejected.load()
+          << "}\n";
+  caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  return 0;
+}
+
+int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
+  using namespace diloco;
+  using namespace diloco::actors;
+  refuse_mode(cfg);
+  const int site = site_index(cfg, f.site);
+  if (site < 0) {
+    std::string known;
+    for (int s = 0; s < site_count(cfg); ++s) known += (s ? ", " : "") + site_name(cfg, s);
+    throw ConfigError({"--site: no site \"" + f.site + "\" in the topology (sites: " + known + ")"});
+  }
+  const auto mine = islands_of_site(cfg, site);
+  const auto to = parse_endpoint(f.endpoint.empty() ? cfg.net.listen : f.endpoint);
+  const auto tls = tls_of(f, cfg, f.site);
+  auto tl = std::make_shared<Timeline>();
+  const long every = std::max(1, cfg.train.H);
+  auto rt = std::make_shared<Runtime>(cfg, [tl, every](const RuntimeEvent& e) {
+    switch (e.kind) {
+      case RuntimeEvent::step:
+        if (e.step_no % every == 0)
+          tl->line("island " + std::to_string(e.island) + " step " + std::to_string(e.step_no) + " train loss " +
+                   e.detail.substr(0, 6));
+        return;
+      case RuntimeEvent::heal:
+        tl->line("island " + std::to_string(e.island) + " (incarnation " + std::to_string(e.count) +
+                 ") healed to global round " + std::to_string(e.round) + " at step " + std::to_string(e.step_no));
+        return;
+      case RuntimeEvent::rejoin:
+        tl->line("island " + std::to_string(e.island) + " re-joined the syncer (base round " + std::to_string(e.round) +
+                 ") at step " + std::to_string(e.step_no));
+        return;
+      case RuntimeEvent::fault: tl->line(e.detail); return;
+      default: return;
+    }
+  });
+  caf::actor_system_config sc;
+  configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
+  configure_network(sc, cfg.net, tls ? &*tls : nullptr);
+  caf::actor_system sys(sc);
+
+  auto first = std::make_shared<std::atomic<bool>>(false);
+  auto gave_up = std::make_shared<std::atomic<bool>>(false);
+  ConnectorOptions co;
+  co.site = f.site;
+  co.syncer = to;
+  co.tls = tls.has_value();
+  if (tls) co.cert_file = tls->cert, co.key_file = tls->key;
+  co.max_attempts = f.max_attempts;
+  co.log = [tl, name = f.site](const std::string& s) { tl->line(name + ": " + s); };
+  co.on_give_up = [gave_up] { gave_up->store(true); };
+  co.on_session = [rt, first, mine](const SiteSession& s) {
+    if (first->load()) return;
+    // A restarted site process resumes its islands at the last step the syncer heard of
+    // (values from the network: only this site's islands, only plausible steps).
+    for (std::size_t k = 0; k < s.islands.size() && k < s.steps.size(); ++k) {
+      const auto i = s.islands[k];
+      if (std::find(mine.begin(), mine.end(), i) == mine.end() || s.steps[k] < 0 ||
+          s.steps[k] > rt->cfg.train.steps)
+        continue;
+      rt->island_steps[static_cast<std::size_t>(i)] = static_cast<long>(s.steps[k]);
+    }
+    first->store(true);
+  };
+  std::printf("diloco site %s: islands %s, %d chips each; syncer at %s:%u (%s)\n", f.site.c_str(), list(mine).c_str(),
+              cfg.islands.chips, to.host.c_str(), to.port, tls ? "mutual TLS" : "INSECURE");
+  std::fflush(stdout);
+  auto connector = spawn_connector(sys, rt, co);
+  while (!first->load() && !gave_up->load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (gave_up->load()) {
+    std::printf("site %s: could not join the syncer\n", f.site.c_str());
+    return 3;
+  }
+  for (int i : mine)
+    if (rt->island_steps[static_cast<std::size_t>(i)] > 0)
+      tl->line("island " + std::to_string(i) + " resumes at step " + std::to_string(rt->island_steps[static_cast<std::size_t>(i)]));
+  SpawnSet only_mine;
+  only_mine.syncer = false;
+  only_mine.all_islands = false;
+  only_mine.islands = mine;
+  const auto start = Clock::now();
+  auto root = spawn_runtime(sys, rt, {}, only_mine);
+  auto tree_failed = std::make_shared<std::atomic<bool>>(false);
+  root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
+  while (rt->counters.islands_done.load() < static_cast<int>(mine.size())) {
+    if (tree_failed->load()) {
+      spdlog::error("site {}: the supervision tree stopped", f.site);
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last frames out and acknowledged
+  const auto sock = socket_bytes();
+  std::printf("done: site %s, islands %s, %llu tokens in %.1f s, %.3f MB accounted site -> syncer; "
+              "sockets: %llu bytes sent, %llu received\n",
+              f.site.c_str(), list(mine).c_str(), static_cast<unsigned long long>(rt->counters.tokens.load()), secs,
+              rt->counters.bytes_sent.load() / 1e6, static_cast<unsigned long long>(sock.sent),
+              static_cast<unsigned long long>(sock.received));
+  std::fflush(stdout);
+  caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
+  return 0;
+}

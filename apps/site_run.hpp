@@ -1,0 +1,23 @@
+// `diloco syncer` and `diloco site`: the syncer and a site's islands in separate processes,
+// joined over CAF's io middleman with mutual TLS (actors/remote.hpp).
+#pragma once
+
+#include <string>
+
+#include "diloco/config.hpp"
+
+struct NetFlags {
+  std::string config;    // the topology file, for the printed join commands
+  std::string endpoint;  // syncer: --listen; site: --connect ("" = net.listen)
+  std::string certs;     // "" = net.certs
+  bool insecure = false;
+  std::string state;     // syncer: directory for its checkpoint when syncer.checkpoint is ""
+  std::string metrics;   // syncer: JSON lines (rounds and commits)
+  std::string site;      // site: its name
+  int max_attempts = 0;  // site: failed connection attempts in a row before giving up (0: never)
+};
+
+/// Runs the syncer alone and publishes it; returns when every island has finished its steps.
+int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f);
+/// Runs one site's islands and chips, connected to the syncer; returns when they finish.
+int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f);

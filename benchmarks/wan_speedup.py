@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""wan_speedup: ddp vs diloco vs streaming vs decoupled on the scaled scenario (configs/scaled_*.toml):
+the same model, data, token budget and emulated WAN links (one per site, R = transfer of one model
+exchange / inner step = 80, as the configs' comments derive for 12B params over 3 Gbps). Reports
+wall-clock, eval loss of the global parameters, bytes on each link and the busiest second of each.
+
+All four start from one shared pretrained model (ddp, no WAN, not timed): at this scale a cold
+start spends most of a short run leaving the unigram plateau, which says little about the
+methods. diloco, streaming and decoupled run in full on the actor runtime across the links.
+ddp across the links costs 1 + 2R inner steps of wall time per step (about 30 minutes for the
+budget here), so it runs its first --ddp-sample steps across the links (every step is the same
+exchange: its time per step is stationary) and its full budget with the identical arithmetic
+in the reference loop for the loss (test ddp_mode_on_actors_matches_reference_loop: equal to
+2e-6). Its wall time and bytes are the sample's per-step figures times the budget: stated as
+such in the output.
+
+  benchmarks/wan_speedup.py [--diloco build/apps/diloco] [--steps 2000] [--pretrain 300]
+                            [--ddp-sample 25] [--out DIR]
+
+Prints a table and, as its last line, one JSON object.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(diloco, config, sets, metrics, actors=False, init=None, save=None):
+    cmd = [diloco, "run", os.path.join(ROOT, "configs", config), "--metrics", metrics]
+    if actors:
+        cmd.append("--actors")
+    if init:
+        cmd += ["--init", init]
+    if save:
+        cmd += ["--save", save]
+    for s in sets:
+        cmd += ["--set", s]
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-4000:])
+        raise SystemExit(f"wan_speedup: {' '.join(cmd)} failed ({p.returncode})")
+    with open(metrics) as f:
+        summary = [json.loads(l) for l in f if '"summary":true' in l]
+    if not summary:
+        raise SystemExit(f"wan_speedup: no summary in {metrics}")
+    s = summary[-1]
+    s["process_seconds"] = time.time() - t0
+    return s
+
+
+def link_totals(s):
+    links = s.get("links", [])
+    return {
+        "bytes": sum(l["up_bytes"] + l["down_bytes"] for l in links),
+        "per_link": {l["site"]: {"up_bytes": l["up_bytes"], "down_bytes": l["down_bytes"],
+                                 "up_peak_mbps": l["up_peak_mbps"], "down_peak_mbps": l["down_peak_mbps"]}
+                     for l in links},
+        "peak_mbps": max([max(l["up_peak_mbps"], l["down_peak_mbps"]) for l in links] or [0.0]),
+        "bandwidth_mbps": links[0]["bandwidth_mbps"] if links else 0.0,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--diloco", default=os.path.join(ROOT, "build", "apps", "diloco"))
+    ap.add_argument("--steps", type=int, default=2000, help="inner steps per island (the token budget)")
+    ap.add_argument("--pretrain", type=int, default=300, help="ddp steps of the shared start (0: cold start)")
+    ap.add_argument("--ddp-sample", type=int, default=25, help="ddp steps timed across the links")
+    ap.add_argument("--out", default=None, help="keep metrics files here")
+    a = ap.parse_args()
+    out = a.out or tempfile.mkdtemp(prefix="wan_speedup.")
+    os.makedirs(out, exist_ok=True)
+    S = a.steps
+    budget = [f"train.steps={S}", f"inner.decay_steps={max(S - 50, 1)}"]
+
+    init = None
+    if a.pretrain > 0:
+        init = os.path.join(out, "pretrained.safetensors")
+        pre = run(a.diloco, "scaled_ddp.toml", [f"train.steps={a.pretrain}", f"inner.decay_steps={a.pretrain}"],
+                  os.path.join(out, "pretrain.jsonl"), save=init)
+        print(f"shared start: ddp {a.pretrain} steps without WAN, eval loss {pre['final_eval_loss']:.4f}")
+
+    res = {}
+    for mode in ("decoupled", "streaming", "diloco"):
+        s = run(a.diloco, f"scaled_{mode}.toml", budget, os.path.join(out, f"{mode}.jsonl"), actors=True, init=init)
+        lt = link_totals(s)
+        res[mode] = {"wall_s": s["seconds"], "eval_loss": s["final_eval_loss"], "bytes": lt["bytes"],
+                     "peak_mbps": lt["peak_mbps"], "links": lt["per_link"], "measured": "full run across the links",
+                     "goodput": s.get("goodput")}
+        print(f"{mode:10s} {s['seconds']:8.1f} s  eval {s['final_eval_loss']:.4f}  {lt['bytes'] / 1e6:9.2f} MB on links")
+        if mode == "decoupled":
+            bw = lt["bandwidth_mbps"]
+
+    N = a.ddp_sample
+    sample = run(a.diloco, "scaled_ddp.toml", [f"train.steps={N}"], os.path.join(out, "ddp_sample.jsonl"), actors=True,
+                 init=init)
+    ref = run(a.diloco, "scaled_ddp.toml", budget, os.path.join(out, "ddp_reference.jsonl"), init=init)
+    lt = link_totals(sample)
+    per_step = sample["seconds"] / N
+    # Per step and link: the sample's bytes less the one-off heal (a JoinReply, one model down).
+    model_bytes = sample["bytes"] / (2 * len(lt["per_link"]) * N + len(lt["per_link"]))
+    per_link = {}
+    for k, v in lt["per_link"].items():
+        per_link[k] = dict(v, up_bytes=v["up_bytes"] / N * S, down_bytes=(v["down_bytes"] - model_bytes) / N * S)
+    res["ddp"] = {"wall_s": per_step * S, "eval_loss": ref["final_eval_loss"],
+                  "bytes": sum(v["up_bytes"] + v["down_bytes"] for v in per_link.values()),
+                  "peak_mbps": lt["peak_mbps"], "links": per_link,
+                  "measured": f"{N} steps across the links ({per_step:.3f} s/step) x {S}; loss from the reference loop",
+                  "goodput": sample.get("goodput")}
+    print(f"{'ddp':10s} {per_step * S:8.1f} s  eval {ref['final_eval_loss']:.4f}  {res['ddp']['bytes'] / 1e6:9.2f} MB "
+          f"on links  ({N} steps measured across the links: {per_step:.3f} s/step)")
+
+    # The scenario's ratio as this run had it: one fp32 model exchange on a link / inner step.
+    t_step = res["decoupled"]["wall_s"] / S
+    R = model_bytes * 8 / (bw * 1e6) / t_step
+
+    d, base = res["decoupled"], res["ddp"]
+    print()
+    print(f"{'mode':10s} {'wall s':>9s} {'vs ddp':>8s} {'eval loss':>10s} {'vs ddp':>8s} {'MB links':>10s} "
+          f"{'bytes/ddp':>10s} {'peak Mbit/s':>12s}")
+    for m in ("ddp", "diloco", "streaming", "decoupled"):
+        r = res[m]
+        r["speedup_vs_ddp"] = base["wall_s"] / r["wall_s"]
+        r["loss_vs_ddp"] = r["eval_loss"] / base["eval_loss"] - 1.0
+        r["bytes_fewer_than_ddp"] = base["bytes"] / r["bytes"]
+        print(f"{m:10s} {r['wall_s']:9.1f} {r['speedup_vs_ddp']:7.1f}x {r['eval_loss']:10.4f} "
+              f"{100 * r['loss_vs_ddp']:+7.2f}% {r['bytes'] / 1e6:10.2f} {r['bytes_fewer_than_ddp']:9.0f}x "
+              f"{r['peak_mbps']:12.2f}")
+    print(f"\nR (one fp32 model exchange / inner step) in this run: {R:.0f} "
+          f"({model_bytes / 1e3:.0f} kB at {bw} Mbit/s, t_step {1e3 * t_step:.1f} ms)")
+    targets = {"speedup_ge_20x": d["speedup_vs_ddp"] >= 20.0, "loss_within_3pct": d["loss_vs_ddp"] <= 0.03,
+               "bytes_ge_400x_fewer": d["bytes_fewer_than_ddp"] >= 400.0}
+    print("targets (decoupled vs ddp): " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in targets.items()))
+    print(json.dumps({"benchmark": "wan_speedup", "steps": S, "pretrain": a.pretrain, "ddp_sample_steps": N,
+                      "R": round(R, 1), "link_mbps": bw, "modes": res, "targets": targets}))
+
+
+if __name__ == "__main__":
+    main()
