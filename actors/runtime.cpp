@@ -36,7 +36,7 @@ void add_runtime_types(caf::actor_system_config& cfg) { cfg.add_message_type<Wir
 void configure_runtime_system(caf::actor_system_config& cfg, std::size_t threads) {
   cfg.set("scheduler.max-threads", threads);
   cfg.set("scheduler.policy", caf::atom("sharing"));
-  cfg.set("scheduler.max-throughput", static_cast<std::size_t>(1));
+  cfg.set("scheduler.max-throughput", static_cast<std::size_t>(64));
   add_runtime_types(cfg);
 }
 

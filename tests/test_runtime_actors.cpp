@@ -47,6 +47,15 @@ RunConfig small_config(int islands, int chips, int K) {
   return c;
 }
 
+FaultSpec step_fault(const std::string& kill, int island, int chip, long at_step) {
+  FaultSpec f;
+  f.kill = kill;
+  f.island = island;
+  f.chip = chip;
+  f.at_step = at_step;
+  return f;
+}
+
 struct World {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -125,7 +134,7 @@ BOOST_AUTO_TEST_CASE(runtime_without_faults_trains_and_commits_every_round) {
 
 BOOST_AUTO_TEST_CASE(crashed_chip_restarts_only_that_chip) {
   auto c = small_config(2, 2, 2);
-  c.faults.push_back({"chip", 0, 1, 4});
+  c.faults.push_back(step_fault("chip", 0, 1, 4));
   World w(c);
   w.settle();
   BOOST_TEST(w.of(RuntimeEvent::fault).size() == 1u);
@@ -150,7 +159,7 @@ BOOST_AUTO_TEST_CASE(crashed_chip_restarts_only_that_chip) {
 
 BOOST_AUTO_TEST_CASE(island_killed_is_restarted_and_heals_while_others_keep_merging) {
   auto c = small_config(3, 1, 1);
-  c.faults.push_back({"island", 1, 0, 7});
+  c.faults.push_back(step_fault("island", 1, 0, 7));
   c.supervision.backoff_initial_s = 0.5;  // island 1 stays down while the others run
   c.supervision.backoff_max_s = 0.5;
   World w(c);
@@ -190,7 +199,7 @@ BOOST_AUTO_TEST_CASE(island_killed_is_restarted_and_heals_while_others_keep_merg
 
 BOOST_AUTO_TEST_CASE(syncer_restarted_from_snapshot_and_islands_resend) {
   auto c = small_config(2, 1, 2);
-  c.faults.push_back({"syncer", 0, 0, 7});
+  c.faults.push_back(step_fault("syncer", 0, 0, 7));
   World w(c);
   w.settle();
   BOOST_TEST(w.started("root", "syncer") == 2);
@@ -225,8 +234,8 @@ BOOST_AUTO_TEST_CASE(syncer_restarted_from_snapshot_and_islands_resend) {
 
 BOOST_AUTO_TEST_CASE(island_and_syncer_killed_together_both_come_back) {
   auto c = small_config(2, 1, 1);
-  c.faults.push_back({"syncer", 1, 0, 5});  // island 1 kills the syncer, then itself
-  c.faults.push_back({"island", 1, 0, 5});
+  c.faults.push_back(step_fault("syncer", 1, 0, 5));  // island 1 kills the syncer, then itself
+  c.faults.push_back(step_fault("island", 1, 0, 5));
   World w(c);
   w.settle();
   BOOST_TEST(w.started("root", "syncer") == 2);

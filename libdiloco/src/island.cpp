@@ -66,6 +66,14 @@ double IslandCore::apply_gradient(std::span<const ChipGradient> chips) {
   return loss;
 }
 
+bool IslandCore::due(int p) const {
+  const auto i = static_cast<std::size_t>(p);
+  const int H = settings_.schedule.H;
+  if (sent_at_[i] < 0) return settings_.schedule.due(step_, p);
+  const long since = step_ - sent_at_[i];
+  return awaiting_[i] ? since >= 2L * H : since >= H;
+}
+
 std::vector<int> IslandCore::due() const {
   std::vector<int> out;
   for (int p = 0; p < plan_->count(); ++p)

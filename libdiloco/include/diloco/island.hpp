@@ -56,7 +56,12 @@ public:
   void resume_at(long step) { step_ = step; }
   /// Fragments due after the current local step, in index order.
   std::vector<int> due() const;
-  bool due(int p) const { return settings_.schedule.due(step_, p); }
+  /// Fragment p is due on its schedule (every H steps from its offset). Decoupled islands never
+  /// wait, so the merge of their last contribution may not have reached them yet when the next
+  /// one is due: sending then would repeat progress the syncer already merged (it refuses such a
+  /// frame), so the send waits until the merge arrives (then it is due at once), or until 2H
+  /// steps have passed since the last send (the merge may never come: a lost round).
+  bool due(int p) const;
 
   /// δ_p = Θ_p(base round) − θ_p quantised into a Cap'n Proto Fragment frame (wire.hpp), with
   /// the fragment's base round and its token/step counters since the last send (as the

@@ -29,9 +29,12 @@ typename Inspector::result_type inspect(Inspector& f, WireFrame& x) {
 void add_runtime_types(caf::actor_system_config& cfg);
 
 /// Configures an actor system to run the runtime on `threads` scheduler threads: registers the
-/// message types and picks the scheduler. Fairness between islands: a shared FIFO queue and one
-/// message per turn (work stealing lets an island and its chips ping-pong on one worker while
-/// another island starves, and islands drifted 2x apart in step count).
+/// message types and picks the scheduler. Fairness between islands: a shared FIFO queue (work
+/// stealing lets an island and its chips ping-pong on one worker while another island starves,
+/// and islands drifted 2x apart in step count). Up to 64 messages per turn: the syncer gets a
+/// progress report from every island every step, and at one message per turn it fell behind
+/// the chips' work in the queue until commits lagged whole periods and islands re-sent merged
+/// progress.
 void configure_runtime_system(caf::actor_system_config& cfg, std::size_t threads);
 
 // Message tags (CAF 0.17 atoms, at most 10 characters).
