@@ -124,7 +124,13 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
     island_fire_faults(self, rt, i, step);
     if (!st.syncer && st.joined) island_try_join(self, rt, st, i);
   }
-  if (step >= rt.cfg.train.steps) {
+  const auto& t = rt.cfg.train;
+  const bool budget_spent =
+      t.budget == "total_tokens" &&
+      rt.counters.tokens.load() >= static_cast<std::uint64_t>(t.islands) * static_cast<std::uint64_t>(t.steps) *
+                                       static_cast<std::uint64_t>(t.batch) * static_cast<std::uint64_t>(rt.cfg.model.seq_len) *
+                                       static_cast<std::uint64_t>(rt.cfg.islands.chips);
+  if (t.budget == "total_tokens" ? budget_spent : step >= t.steps) {
     if (!st.finished) {
       st.finished = true;
       ++rt.counters.islands_done;

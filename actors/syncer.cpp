@@ -1,6 +1,7 @@
 // The syncer actor: a thin shell over SyncerCore (libdiloco/syncer.hpp).
 #include "diloco/actors/syncer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -31,6 +32,9 @@ namespace {
 struct SyncerState {
   std::unique_ptr<SyncerCore> core;
   std::shared_ptr<DdpServer> ddp;          // train.mode "ddp": the parameter server instead
+  // Goodput: frames accepted per (island, fragment) since its last commit. A newer frame of an
+  // island supersedes its pending one and carries its work, so a commit settles all of them.
+  std::map<std::pair<int, int>, int> accepted;
   double t_sync = 0.0;                     // merge + broadcast time estimate (adaptive grace)
   std::map<int, caf::actor> islands;       // registered islands by id
   std::map<int, double> last_progress;     // for the inner step time estimate
@@ -98,7 +102,11 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     rt.counters.merged_tokens += c.tokens;
     ++rt.counters.commits;
     rt.account([&](GoodputMeter& g) {
-      for (int i : c.islands) g.merged(i, c.fragment);
+      for (auto& [key, n] : st.accepted) {
+        if (key.second != c.fragment) continue;
+        const bool merged = std::find(c.islands.begin(), c.islands.end(), key.first) != c.islands.end();
+        for (; n > 0; --n) merged ? g.merged(key.first, key.second) : g.dropped(key.first, key.second);
+      }
       g.commit(now - rt.t0.load());
     });
     rt.emit({RuntimeEvent::commit, -1, -1, 0, c.round, c.fragment, c.merged, c.islands, {}, now});
@@ -254,6 +262,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
                     got.error().message(), detail::now_s(self)});
           return;
         }
+        ++self->state.accepted[{got->island, static_cast<int>(got->index)}];
         syncer_after_receive(self, *rt);
       },
       [=](tick_atom) {

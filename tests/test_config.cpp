@@ -198,6 +198,8 @@ at_step = 3
                    "faults[0].duration_s", "faults[0].at_s"})
     BOOST_TEST(mentions(q, key), key);
   BOOST_TEST(mentions(problems_of("[[sites]]\nname = \"a\"\nislands = [0, -1]\n"), "sites[0].islands: expected an array"));
+  BOOST_TEST(mentions(problems_of("[train]\nbudget = \"hours\"\n"), "train.budget: must be"));
+  BOOST_TEST(mentions(problems_of("[train]\nmode = \"ddp\"\nbudget = \"total_tokens\"\n"), "train.budget: \"total_tokens\" is for"));
 }
 
 BOOST_AUTO_TEST_CASE(sites_share_a_link_and_override_the_wan_settings) {

@@ -517,3 +517,15 @@ BOOST_AUTO_TEST_CASE(chaos_schedule_replays_the_same_trace_for_the_same_seed) {
   BOOST_TEST_MESSAGE("chaos seed 7: " << std::get<2>(a) << " faults, schedule " << std::hex << std::get<0>(a)
                                       << ", trace " << std::get<1>(a));
 }
+
+BOOST_AUTO_TEST_CASE(total_token_budget_ends_the_run_when_the_islands_together_trained_it) {
+  auto c = small_config(3, 1, 2);
+  c.train.budget = "total_tokens";
+  World w(c);
+  w.settle();
+  const std::uint64_t budget = 3ull * c.train.steps * c.train.batch * c.model.seq_len;
+  BOOST_TEST(w.rt->counters.tokens.load() >= budget);
+  // At most one step of each island beyond the budget.
+  BOOST_TEST(w.rt->counters.tokens.load() < budget + 3ull * c.train.batch * c.model.seq_len);
+  check_commits(w);
+}

@@ -63,6 +63,9 @@ std::vector<Field> fields(RunConfig& c) {
       {"train", "H", &c.train.H, "inner steps between two syncs of a fragment"},
       {"train", "eval_batches", &c.train.eval_batches, "evaluation batches (of train.batch windows) per report"},
       {"train", "seed", &c.train.seed, "seeds the initial parameters"},
+      {"train", "budget", &c.train.budget,
+       "actors: \"island_steps\" (each island trains `steps`) or \"total_tokens\" (the islands together train "
+       "islands x steps x batch x seq_len tokens; faster islands do more steps)"},
 
       {"inner", "lr", &c.inner.lr, "AdamW peak learning rate"},
       {"inner", "beta1", &c.inner.beta1, "AdamW β1"},
@@ -368,6 +371,10 @@ std::vector<std::string> validate(const RunConfig& c) {
     e.push_back("train.mode: must be \"ddp\", \"diloco\", \"streaming\" or \"decoupled\" (got \"" + t.mode + "\")");
   if (t.islands < 1 || t.islands > 1024) e.push_back("train.islands: must be in [1, 1024] (got " + std::to_string(t.islands) + ")");
   if (t.steps < 1) e.push_back("train.steps: must be ≥ 1 (got " + std::to_string(t.steps) + ")");
+  if (t.budget != "island_steps" && t.budget != "total_tokens")
+    e.push_back("train.budget: must be \"island_steps\" or \"total_tokens\" (got \"" + t.budget + "\")");
+  else if (t.budget == "total_tokens" && t.mode != "decoupled")
+    e.push_back("train.budget: \"total_tokens\" is for mode \"decoupled\" (the synchronous modes step together)");
   if (t.batch < 1) e.push_back("train.batch: must be ≥ 1 (got " + std::to_string(t.batch) + ")");
   if (t.H < 1) e.push_back("train.H: must be ≥ 1 (got " + std::to_string(t.H) + ")");
   if (t.eval_batches < 1) e.push_back("train.eval_batches: must be ≥ 1");

@@ -27,6 +27,9 @@ struct TrainConfig {
   int H = 50;                    // inner steps between two syncs of a fragment
   int eval_batches = 8;          // evaluation batches of `batch` windows
   std::uint64_t seed = 1;        // model initialisation
+  std::string budget = "island_steps";  // when the run ends: every island trained `steps`, or
+                                        // "total_tokens": all islands together trained what
+                                        // islands x steps would (faster islands do more steps)
 };
 
 /// Streaming DiLoCo fragments (arXiv 2501.18512).

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""heterogeneous: islands of two speeds (1.0 and 0.55, after a TPU v6e / v5p mix; the slower chips are
+emulated by delaying their replies) train Decoupled DiLoCo with K = all, K = 1 without grace and
+K = 1 with the adaptive grace window (configs/goodput.toml's topology, no failures). The run
+ends when the islands together trained the token budget (train.budget = "total_tokens"), so the
+fast islands do more steps; they never wait for the slow ones in any of the three.
+
+Goodput as in the goodput benchmark (chip-seconds whose gradients reached the global model /
+chip-seconds provisioned), eval loss of the global parameters at the end.
+
+  benchmarks/heterogeneous.py [--diloco build/apps/diloco] [--speeds 1.0,1.0,0.55,0.55] [--tau 2]
+                              [--out DIR]
+
+Prints a table and, as its last line, one JSON object.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(diloco, name, sets, out):
+    metrics = os.path.join(out, name + ".jsonl")
+    cmd = [diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--metrics", metrics]
+    for s in sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-4000:])
+        raise SystemExit(f"heterogeneous: {' '.join(cmd)} failed ({p.returncode})")
+    with open(metrics) as f:
+        return [json.loads(l) for l in f if '"summary":true' in l][-1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--diloco", default=os.path.join(ROOT, "build", "apps", "diloco"))
+    ap.add_argument("--speeds", default="1.0,1.0,0.55,0.55")
+    ap.add_argument("--tau", type=int, default=2, help="fragments.tau (bounds the adaptive grace window)")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    out = a.out or tempfile.mkdtemp(prefix="heterogeneous.")
+    os.makedirs(out, exist_ok=True)
+    speeds = [float(x) for x in a.speeds.split(",")]
+    M = len(speeds)
+    common = [f"train.islands={M}", f"islands.speed=[{', '.join(str(x) for x in speeds)}]",
+              'train.budget="total_tokens"', f"fragments.tau={a.tau}"]
+    variants = [("K=all", [f"quorum.min_islands={M}", 'quorum.grace="none"']),
+                ("K=1, no grace", ["quorum.min_islands=1", 'quorum.grace="none"']),
+                ("K=1, adaptive grace", ["quorum.min_islands=1", 'quorum.grace="adaptive"'])]
+    res = {}
+    print(f"islands at speeds {speeds}, tau {a.tau}")
+    print(f"{'variant':22s} {'wall s':>7s} {'goodput':>8s} {'eval loss':>9s} {'commits':>8s} {'late drops':>10s}")
+    for name, sets in variants:
+        s = run(a.diloco, name.replace(" ", "").replace(",", "_").replace("=", ""), common + sets, out)
+        res[name] = {"wall_s": s["seconds"], "goodput": s["goodput"], "eval_loss": s["final_eval_loss"],
+                     "commits": s["commits"], "dropped_stale": s["dropped_stale"], "downtime_s": s["downtime_s"]}
+        print(f"{name:22s} {s['seconds']:7.1f} {100 * s['goodput']:7.1f}% {s['final_eval_loss']:9.4f} "
+              f"{s['commits']:8d} {s['dropped_stale']:10d}", flush=True)
+    g, base = res["K=1, adaptive grace"], res["K=all"]
+    loss_vs = g["eval_loss"] / base["eval_loss"] - 1.0
+    targets = {"goodput_ge_99pct": g["goodput"] >= 0.99, "loss_within_1pct_of_K_all": loss_vs <= 0.01}
+    print(f"K=1 with adaptive grace: goodput {100 * g['goodput']:.1f}%, eval loss {100 * loss_vs:+.2f}% vs K=all; "
+          + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in targets.items()))
+    print(json.dumps({"benchmark": "heterogeneous", "speeds": speeds, "tau": a.tau, "variants": res,
+                      "loss_vs_K_all": loss_vs, "targets": targets}))
+
+
+if __name__ == "__main__":
+    main()
