@@ -183,7 +183,9 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
   for (const auto& x : g) tokens += x.tokens;
   st.results.clear();
   st.stepping = false;
-  if (!std::isnan(loss)) rt.account([&](GoodputMeter& m) { m.step(i, answered, seconds); });
+  // The chips' time on this step runs until the island's AdamW step is taken.
+  const double step_s = run_time(self, rt) - st.step_started;
+  if (!std::isnan(loss)) rt.account([&](GoodputMeter& m) { m.step(i, answered, step_s); });
   island_after_step(self, rt, st, i, loss, tokens, answered, true);
 }
 

@@ -222,6 +222,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   // The main thread only watches: it evaluates the global parameters when a global round lands.
   auto done = [&] { return rt->counters.islands_done.load() >= cfg.train.islands; };
   Clock::time_point finished{};
+  double finished_at = 0.0;
   for (;;) {
     std::deque<std::pair<std::uint64_t, std::vector<float>>> rounds;
     {
@@ -237,14 +238,19 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
       return 1;
     }
     if (done()) {
-      if (finished == Clock::time_point{}) finished = Clock::now();
+      if (finished == Clock::time_point{}) {
+        finished = Clock::now();
+        finished_at = actor_now();  // chips are provisioned until the last island is done
+      }
       // Give the syncer a moment to merge the last contributions in flight.
       if (Clock::now() - finished > std::chrono::milliseconds(300)) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto gp = rt->goodput_report(actor_now());
+  // Provisioned until the last island finished; merges of the last contributions (the moments
+  // waited above) still count as useful.
+  const auto gp = rt->goodput_report(finished_at > 0.0 ? finished_at : actor_now());
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   // Per site link: bytes each way and the busiest second (peak bandwidth in use).
   auto links_json = [&] {

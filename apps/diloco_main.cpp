@@ -14,6 +14,7 @@
 #include "diloco/checkpoint.hpp"
 #include "diloco/inspect.hpp"
 #include "diloco/loops.hpp"
+#include "diloco/memory.hpp"
 #include "diloco/simulate.hpp"
 
 #include "decoupled_run.hpp"
@@ -340,6 +341,7 @@ int run(Flags& f) {
 }  // namespace simcmd
 
 int main(int argc, char** argv) {
+  diloco::keep_large_buffers_in_heap();
   CLI::App app{"diloco: fault-tolerant, low-communication distributed training"};
   app.require_subcommand(1);
 

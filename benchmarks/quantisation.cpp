@@ -15,6 +15,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 
+#include "diloco/memory.hpp"
 #include "diloco/actors/protocol.hpp"
 #include "diloco/actors/runtime.hpp"
 
@@ -57,6 +58,7 @@ Result run(const diloco::RunConfig& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  diloco::keep_large_buffers_in_heap();
   const long steps = argc > 1 ? std::stol(argv[1]) : 1500;
   std::vector<Result> results;
   for (const char* enc : {"fp32", "bf16", "int8", "int4", "e3m0"}) {

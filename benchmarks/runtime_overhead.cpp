@@ -13,6 +13,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 
+#include "diloco/memory.hpp"
 #include "diloco/actors/protocol.hpp"
 #include "diloco/actors/runtime.hpp"
 #include "diloco/loops.hpp"
@@ -39,6 +40,7 @@ double run_actors(const diloco::RunConfig& cfg, std::size_t threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  diloco::keep_large_buffers_in_heap();
   long steps = argc > 1 ? std::stol(argv[1]) : 200;
   const int islands = 2;
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
