@@ -259,6 +259,12 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
   st.core = std::make_unique<IslandCore>(rt->layout_model->layout(), rt->plan, s, c.inner, rt->initial);
   st.core->resume_at(rt->island_steps[static_cast<std::size_t>(i)]);
   st.data = rt->corpus.shard(i, c.train.islands);
+  {
+    // A restarted island goes on where its shard was, not from its start: every step drew one
+    // batch per chip (dead or alive), so the stream is skipped by as many.
+    Batch skip;
+    for (long k = 0; k < st.core->step() * c.islands.chips; ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
+  }
   st.incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
   // Alive = joined: an island under repair or still healing is not part of the run yet.
   st.live = std::make_shared<bool>(false);

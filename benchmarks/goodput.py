@@ -8,7 +8,8 @@ decoupled islands go on without the one that is down.
 Goodput = chip-seconds whose gradients reached the global model / chip-seconds provisioned (all
 chips over the run's wall time); global downtime = time with >= K islands alive but no global
 commit beyond chaos.downtime_gap_s (chaos.hpp). Same seed and topology give both modes the same
-schedule (its hash is printed); ddp, being slower, lives through more of it.
+schedule (its hash is printed); ddp, being slower, lives through more of it. Both start from one
+shared model pretrained with ddp for --pretrain steps (not timed), as in wan_speedup.
 
   benchmarks/goodput.py [--diloco build/apps/diloco] [--mtbf 0,60,30,15] [--repair 2] [--seed 1]
                         [--out DIR]
@@ -27,11 +28,23 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(diloco, mode, mtbf, repair, seed, out):
+def pretrain(diloco, steps, out):
+    """The shared start: ddp on the reference loop, no faults (not part of any figure)."""
+    path = os.path.join(out, "pretrained.safetensors")
+    cmd = [diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--set", 'train.mode="ddp"',
+           "--set", f"train.steps={steps}", "--set", f"inner.decay_steps={steps}", "--save", path]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-4000:])
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode})")
+    return path
+
+
+def run(diloco, mode, mtbf, repair, seed, out, init=None):
     tag = f"{mode}_mtbf{mtbf:g}"
     metrics = os.path.join(out, tag + ".jsonl")
     cmd = [diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--actors", "--metrics", metrics,
-           "--set", f'train.mode="{mode}"']
+           "--set", f'train.mode="{mode}"'] + (["--init", init] if init else [])
     if mtbf > 0:
         cmd += ["--set", "chaos.enabled=true", "--set", f"chaos.seed={seed}", "--set", f"chaos.chip_mtbf_s={mtbf}",
                 "--set", f"chaos.island_mtbf_s={4 * mtbf}", "--set", f"chaos.repair_s={repair}"]
@@ -109,17 +122,19 @@ def main():
     ap.add_argument("--mtbf", default="0,60,30,15", help="per-chip MTBF values in s (island MTBF is 4x); 0: no faults")
     ap.add_argument("--repair", type=float, default=2.0, help="repair time of a killed unit, s")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--pretrain", type=int, default=300, help="ddp steps of the shared start (0: cold start)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="goodput.")
     os.makedirs(out, exist_ok=True)
     rates = [float(x) for x in a.mtbf.split(",")]
+    init = pretrain(a.diloco, a.pretrain, out) if a.pretrain > 0 else None
     results = {}
     print(f"{'mode':10s} {'chip MTBF':>9s} {'faults':>6s} {'wall s':>7s} {'goodput':>8s} {'downtime s':>10s} "
           f"{'eval loss':>9s}  schedule")
     for mtbf in rates:
         for mode in ("decoupled", "ddp"):
-            r = run(a.diloco, mode, mtbf, a.repair, a.seed, out)
+            r = run(a.diloco, mode, mtbf, a.repair, a.seed, out, init)
             results[(mode, mtbf)] = r
             s = r["summary"]
             print(f"{mode:10s} {mtbf:9g} {len(r['faults']):6d} {s['seconds']:7.1f} {100 * s['goodput']:7.1f}% "

@@ -5,6 +5,7 @@ K = 1 with the adaptive grace window (configs/goodput.toml's topology, no failur
 ends when the islands together trained the token budget (train.budget = "total_tokens"), so the
 fast islands do more steps; they never wait for the slow ones in any of the three.
 
+All three start from one model pretrained with ddp for --pretrain steps (not timed).
 Goodput as in the goodput benchmark (chip-seconds whose gradients reached the global model /
 chip-seconds provisioned), eval loss of the global parameters at the end.
 
@@ -23,9 +24,11 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(diloco, name, sets, out):
+def run(diloco, name, sets, out, init=None):
     metrics = os.path.join(out, name + ".jsonl")
     cmd = [diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--metrics", metrics]
+    if init:
+        cmd += ["--init", init]
     for s in sets:
         cmd += ["--set", s]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -41,6 +44,7 @@ def main():
     ap.add_argument("--diloco", default=os.path.join(ROOT, "build", "apps", "diloco"))
     ap.add_argument("--speeds", default="1.0,1.0,0.55,0.55")
     ap.add_argument("--tau", type=int, default=2, help="fragments.tau (bounds the adaptive grace window)")
+    ap.add_argument("--pretrain", type=int, default=300, help="ddp steps of the shared start (0: cold start)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="heterogeneous.")
@@ -52,11 +56,18 @@ def main():
     variants = [("K=all", [f"quorum.min_islands={M}", 'quorum.grace="none"']),
                 ("K=1, no grace", ["quorum.min_islands=1", 'quorum.grace="none"']),
                 ("K=1, adaptive grace", ["quorum.min_islands=1", 'quorum.grace="adaptive"'])]
+    init = None
+    if a.pretrain > 0:
+        init = os.path.join(out, "pretrained.safetensors")
+        subprocess.run([a.diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--set", 'train.mode="ddp"',
+                        "--set", f"train.islands={M}", "--set", f"train.steps={a.pretrain}",
+                        "--set", f"inner.decay_steps={a.pretrain}", "--save", init],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     res = {}
-    print(f"islands at speeds {speeds}, tau {a.tau}")
+    print(f"islands at speeds {speeds}, tau {a.tau}, shared start: {a.pretrain} ddp steps")
     print(f"{'variant':22s} {'wall s':>7s} {'goodput':>8s} {'eval loss':>9s} {'commits':>8s} {'late drops':>10s}")
     for name, sets in variants:
-        s = run(a.diloco, name.replace(" ", "").replace(",", "_").replace("=", ""), common + sets, out)
+        s = run(a.diloco, name.replace(" ", "").replace(",", "_").replace("=", ""), common + sets, out, init)
         res[name] = {"wall_s": s["seconds"], "goodput": s["goodput"], "eval_loss": s["final_eval_loss"],
                      "commits": s["commits"], "dropped_stale": s["dropped_stale"], "downtime_s": s["downtime_s"]}
         print(f"{name:22s} {s['seconds']:7.1f} {100 * s['goodput']:7.1f}% {s['final_eval_loss']:9.4f} "

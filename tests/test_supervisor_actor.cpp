@@ -109,6 +109,22 @@ BOOST_AUTO_TEST_CASE(one_for_all_restarts_every_child_after_one_crash) {
   t.settle();
 }
 
+BOOST_AUTO_TEST_CASE(rest_for_one_restarts_the_crashed_child_and_those_started_after_it) {
+  Tree t;
+  auto root = spawn_supervisor(*t.sys, "island-0", flags(Strategy::rest_for_one),
+                               {worker_child("island"), worker_child("chip-0"), worker_child("chip-1")}, t.sink());
+  t.settle();
+  crash(t.latest("chip-0"));
+  t.settle();
+  BOOST_TEST(t.count(SupervisionEvent::started, "island") == 1);  // started before chip-0: untouched
+  BOOST_TEST(t.count(SupervisionEvent::started, "chip-0") == 2);
+  BOOST_TEST(t.count(SupervisionEvent::started, "chip-1") == 2);  // started after it: restarted too
+  BOOST_TEST(t.count(SupervisionEvent::stopped, "chip-1") == 1);
+  BOOST_TEST(t.count(SupervisionEvent::stopped, "island") == 0);
+  caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  t.settle();
+}
+
 BOOST_AUTO_TEST_CASE(transient_child_that_finishes_normally_is_not_restarted) {
   Tree t;
   auto root = spawn_supervisor(*t.sys, "sup", flags(Strategy::one_for_one),
