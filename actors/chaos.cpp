@@ -38,7 +38,7 @@ void fire(caf::event_based_actor* self, Runtime& rt, const SpawnSet& what, const
       if (!runs_island(what, e.island)) return;
       // The island and its chips go down together (a host or a slice lost).
       rt.island_repair[static_cast<std::size_t>(e.island)] = back;
-      for (int c = 0; c < rt.cfg.islands.chips; ++c) {
+      for (int c = 0; c < rt.cfg.islands.chips_of(e.island); ++c) {
         rt.chip_repair[static_cast<std::size_t>(e.island)][static_cast<std::size_t>(c)] = back;
         exit_signal(rt.dir.chip(e.island, c), reason());
       }

@@ -125,11 +125,12 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
     if (!st.syncer && st.joined) island_try_join(self, rt, st, i);
   }
   const auto& t = rt.cfg.train;
+  // "total_tokens": the tokens of `steps` steps of every chip of every island, in whatever order.
   const bool budget_spent =
       t.budget == "total_tokens" &&
-      rt.counters.tokens.load() >= static_cast<std::uint64_t>(t.islands) * static_cast<std::uint64_t>(t.steps) *
-                                       static_cast<std::uint64_t>(t.batch) * static_cast<std::uint64_t>(rt.cfg.model.seq_len) *
-                                       static_cast<std::uint64_t>(rt.cfg.islands.chips);
+      rt.counters.tokens.load() >= static_cast<std::uint64_t>(t.steps) * static_cast<std::uint64_t>(t.batch) *
+                                       static_cast<std::uint64_t>(rt.cfg.model.seq_len) *
+                                       static_cast<std::uint64_t>(rt.cfg.islands.total_chips(t.islands));
   if (t.budget == "total_tokens" ? budget_spent : step >= t.steps) {
     if (!st.finished) {
       st.finished = true;
@@ -151,7 +152,7 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
   const int answered = static_cast<int>(st.results.size());
   const double seconds = run_time(self, rt) - st.step_started;
   if (rt.ddp()) {
-    if (answered < rt.cfg.islands.chips) {
+    if (answered < rt.cfg.islands.chips_of(i)) {
       // A chip died during the step: in synchronous data parallel the step is lost for all.
       st.results.clear();
       st.stepping = false;
@@ -213,7 +214,7 @@ void island_ddp_params(caf::event_based_actor* self, Runtime& rt, IslandState& s
 void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
   if (st.stepping || st.finished || !st.joined) return;
   if (rt.synchronous() && st.core->must_wait()) return;  // resumed by the broadcast
-  const int C = rt.cfg.islands.chips;
+  const int C = rt.cfg.islands.chips_of(i);
   if (rt.ddp()) {
     // Synchronous data parallel needs every chip: with one down, everyone waits for it.
     for (int c = 0; c < C; ++c) {
@@ -263,7 +264,7 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
     // A restarted island goes on where its shard was, not from its start: every step drew one
     // batch per chip (dead or alive), so the stream is skipped by as many.
     Batch skip;
-    for (long k = 0; k < st.core->step() * c.islands.chips; ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
+    for (long k = 0; k < st.core->step() * c.islands.chips_of(i); ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
   }
   st.incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
   // Alive = joined: an island under repair or still healing is not part of the run yet.

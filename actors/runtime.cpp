@@ -90,7 +90,13 @@ namespace {
 /// The run's fault schedule: [chaos] draws plus the time-triggered [[faults]], by time.
 std::vector<ChaosEvent> make_schedule(const RunConfig& cfg) {
   std::vector<ChaosEvent> ev;
-  if (cfg.chaos.enabled) ev = chaos_schedule(cfg.chaos, cfg.train.islands, cfg.islands.chips, site_count(cfg));
+  if (cfg.chaos.enabled) {
+    // Drawn for the largest island; chips that a smaller island does not have are left out.
+    ev = chaos_schedule(cfg.chaos, cfg.train.islands, cfg.islands.max_chips(), site_count(cfg));
+    std::erase_if(ev, [&](const ChaosEvent& e) {
+      return e.kind == ChaosEvent::kill_chip && e.chip >= cfg.islands.chips_of(e.island);
+    });
+  }
   for (const auto& f : cfg.faults) {
     if (f.at_s < 0.0) continue;
     ChaosEvent e;
@@ -113,7 +119,7 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
     : cfg(std::move(c)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
                               cfg.train.mode == "diloco" || cfg.train.mode == "ddp" ? 1 : cfg.fragments.count)),
-      initial(layout_model->layout().size()), dir(cfg.train.islands, cfg.islands.chips),
+      initial(layout_model->layout().size()), dir(cfg.train.islands, cfg.islands.max_chips()),
       island_steps(static_cast<std::size_t>(cfg.train.islands)),
       incarnations(static_cast<std::size_t>(cfg.train.islands)), fault_fired(cfg.faults.size()),
       schedule(make_schedule(cfg)), island_repair(static_cast<std::size_t>(cfg.train.islands)),
@@ -127,7 +133,7 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
   for (auto& f : fault_fired) f = false;
   for (auto& r : island_repair) r = 0.0;
   for (auto& v : chip_repair) {
-    v = std::vector<std::atomic<double>>(static_cast<std::size_t>(cfg.islands.chips));
+    v = std::vector<std::atomic<double>>(static_cast<std::size_t>(cfg.islands.max_chips()));
     for (auto& r : v) r = 0.0;
   }
   for (auto& u : straggle_until) u = 0.0;
@@ -135,6 +141,7 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
   goodput = std::make_unique<GoodputMeter>(cfg.train.islands, cfg.islands.chips, plan.count(),
                                            ddp() || synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
                                            cfg.chaos.downtime_gap_s, 0.0);
+  goodput->set_total_chips(cfg.islands.total_chips(cfg.train.islands));
   // Links per site: emulated WAN when enabled; an ideal link (no delay) that only honours the
   // scheduled partitions otherwise.
   const int S = site_count(cfg);
@@ -235,7 +242,7 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
                            rt->dir.set_island(i, a);
                            return a;
                          }});
-    for (int ch = 0; ch < c.islands.chips; ++ch)
+    for (int ch = 0; ch < c.islands.chips_of(i); ++ch)
       kids.push_back(Child{ChildSpec{"chip-" + std::to_string(ch), Restart::permanent, 1.0},
                            [rt, i, ch, now_of](caf::event_based_actor* sup) {
                              auto a = spawn_chip(sup, rt, i, ch);

@@ -17,6 +17,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
+#include <spdlog/fmt/ranges.h>
 
 #include "diloco/actors/runtime.hpp"
 
@@ -78,8 +79,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     if (!jsonl) throw std::runtime_error("--metrics: cannot open '" + metrics + "' for writing");
   }
   auto tally = std::make_shared<Tally>();
-  const int chips = cfg.islands.chips;
-  auto rt = std::make_shared<Runtime>(cfg, [tally, chips](const RuntimeEvent& e) {
+  auto rt = std::make_shared<Runtime>(cfg, [tally, islands = cfg.islands](const RuntimeEvent& e) {
     std::lock_guard lk(tally->mu);
     const double t = tally->since();
     // Time to heal: from the injected fault to the unit working again.
@@ -95,6 +95,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     if (e.kind == RuntimeEvent::step) {
       const double l = std::stod(e.detail);
       if (std::isfinite(l)) tally->loss_sum += l, ++tally->loss_count;
+      const int chips = islands.chips_of(e.island);
       if (e.count == chips) {
         for (int c = 0; c < chips; ++c) {
           auto note = healed("chip " + std::to_string(e.island) + "." + std::to_string(c));
@@ -162,7 +163,9 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   for (int i = 0; i < cfg.train.islands; ++i) speeds += fmt::format("{}{:.2f}", i ? "," : "", cfg.islands.speed_of(i));
   spdlog::info("mode {} (actor runtime{}): {} islands x {} chips (speed {}; <1 is emulated by delayed chip "
                "replies), {} steps, H={}, P={}, K={}, grace {}, encoding {}, {} scheduler threads",
-               cfg.train.mode, rt->synchronous() ? ", synchronous rounds" : "", cfg.train.islands, cfg.islands.chips, speeds, cfg.train.steps, cfg.train.H, rt->P(),
+               cfg.train.mode, rt->synchronous() ? ", synchronous rounds" : "", cfg.train.islands,
+               cfg.islands.counts.empty() ? std::to_string(cfg.islands.chips) : fmt::format("[{}]", fmt::join(cfg.islands.counts, ",")),
+               speeds, cfg.train.steps, cfg.train.H, rt->P(),
                rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, cfg.quorum.grace, cfg.fragments.encoding, cores);
 
   caf::actor_system_config sc;

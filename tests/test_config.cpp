@@ -199,6 +199,8 @@ at_step = 3
     BOOST_TEST(mentions(q, key), key);
   BOOST_TEST(mentions(problems_of("[[sites]]\nname = \"a\"\nislands = [0, -1]\n"), "sites[0].islands: expected an array"));
   BOOST_TEST(mentions(problems_of("[train]\nbudget = \"hours\"\n"), "train.budget: must be"));
+  BOOST_TEST(mentions(problems_of("[train]\nislands = 2\n[islands]\ncounts = [1, 0, 2]\n"), "islands.counts: 3 entries"));
+  BOOST_TEST(mentions(problems_of("[train]\nislands = 2\n[islands]\ncounts = [1, 0]\n"), "islands.counts: every entry"));
   BOOST_TEST(mentions(problems_of("[train]\nmode = \"ddp\"\nbudget = \"total_tokens\"\n"), "train.budget: \"total_tokens\" is for"));
 }
 

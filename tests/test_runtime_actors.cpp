@@ -529,3 +529,15 @@ BOOST_AUTO_TEST_CASE(total_token_budget_ends_the_run_when_the_islands_together_t
   BOOST_TEST(w.rt->counters.tokens.load() < budget + 3ull * c.train.batch * c.model.seq_len);
   check_commits(w);
 }
+
+BOOST_AUTO_TEST_CASE(islands_of_different_sizes_step_with_all_their_chips) {
+  auto c = small_config(2, 1, 2);
+  c.islands.counts = {1, 3};
+  World w(c);
+  w.settle();
+  for (const auto& s : w.of(RuntimeEvent::step)) BOOST_TEST(s.count == (s.island == 0 ? 1 : 3));
+  BOOST_TEST(w.started("island-1", "chip-2") == 1);
+  BOOST_TEST(w.started("island-0", "chip-1") == 0);
+  BOOST_TEST(w.rt->goodput_report(w.rt->t0.load() + 1.0).provisioned_chip_s == 4.0);  // 1 + 3 chips for 1 s
+  check_commits(w);
+}

@@ -273,7 +273,8 @@ void GoodputMeter::alive(int islands_alive, double now) {
 GoodputMeter::Report GoodputMeter::report(double now) const {
   Report r;
   r.elapsed_s = now - start_s_;
-  r.provisioned_chip_s = static_cast<double>(islands_) * chips_ * r.elapsed_s;
+  r.provisioned_chip_s = (total_chips_ >= 0 ? static_cast<double>(total_chips_) : static_cast<double>(islands_) * chips_) *
+                         r.elapsed_s;
   r.useful_chip_s = useful_;
   r.lost_failure_chip_s = lost_failure_;
   r.lost_stale_chip_s = lost_stale_;

@@ -103,6 +103,8 @@ std::vector<Field> fields(RunConfig& c) {
       {"quorum", "gamma", &c.quorum.gamma, "adaptive grace: γ in γ·max(0, τ·t_step − (t_quorum + t_sync))"},
 
       {"islands", "chips", &c.islands.chips, "decoupled: chips per island (an island steps on the chips that answer)"},
+      {"islands", "counts", &c.islands.counts,
+       "decoupled: per-island chip counts, e.g. [4, 4, 2] (islands may differ in size); missing = chips"},
       {"islands", "speed", &c.islands.speed,
        "decoupled: per-island speed in (0, 1], e.g. [1.0, 0.55]; emulated by delaying chip replies; missing = 1.0"},
 
@@ -395,6 +397,10 @@ std::vector<std::string> validate(const RunConfig& c) {
     e.push_back("fragments.broadcast_encoding: must be fp32, bf16, int8, int4 or e3m0 (got \"" + f.broadcast_encoding + "\")");
   const auto& is = c.islands;
   if (is.chips < 1 || is.chips > 256) e.push_back("islands.chips: must be in [1, 256] (got " + std::to_string(is.chips) + ")");
+  if (is.counts.size() > static_cast<std::size_t>(std::max(t.islands, 0)))
+    e.push_back("islands.counts: " + std::to_string(is.counts.size()) + " entries for " + std::to_string(t.islands) + " islands");
+  for (int n : is.counts)
+    if (n < 1 || n > 256) e.push_back("islands.counts: every entry must be in [1, 256] (got " + std::to_string(n) + ")");
   if (is.speed.size() > static_cast<std::size_t>(std::max(t.islands, 0)))
     e.push_back("islands.speed: " + std::to_string(is.speed.size()) + " entries for " + std::to_string(t.islands) + " islands");
   for (double v : is.speed)
@@ -416,7 +422,7 @@ std::vector<std::string> validate(const RunConfig& c) {
       e.push_back(key + ".kill: must be \"chip\", \"island\", \"syncer\", \"straggle\" or \"partition\" (got \"" +
                   ft.kill + "\")");
     if (ft.island < 0 || ft.island >= t.islands) e.push_back(key + ".island: no such island");
-    if (ft.chip < 0 || ft.chip >= is.chips) e.push_back(key + ".chip: no such chip");
+    if (ft.chip < 0 || (ft.island >= 0 && ft.chip >= is.chips_of(ft.island))) e.push_back(key + ".chip: no such chip");
     if (ft.at_step < 0) e.push_back(key + ".at_step: must be ≥ 1 (or 0 with at_s)");
     if ((ft.at_step >= 1) == (ft.at_s >= 0.0))
       e.push_back(key + ".at_step: set exactly one of at_step (≥ 1) and at_s (≥ 0)");

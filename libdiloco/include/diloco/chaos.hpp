@@ -100,6 +100,8 @@ public:
     double global_downtime_s = 0.0;
     double elapsed_s = 0.0;
   };
+  /// Islands of different sizes: the chips provisioned in all (default islands × chips_per_island).
+  void set_total_chips(int n) { total_chips_ = n; }
   /// The figures as of `now` (downtime includes the current stretch).
   Report report(double now) const;
 
@@ -107,6 +109,7 @@ private:
   double take_oldest(int island, int fragment);
   void close_stretch(double now);
   int islands_, chips_, fragments_, k_;
+  int total_chips_ = -1;
   double expected_gap_s_, start_s_;
   std::vector<std::vector<double>> unsent_;                   // [island][fragment] chip-seconds
   std::vector<std::vector<std::deque<double>>> in_flight_;    // [island][fragment] FIFO

@@ -51,6 +51,20 @@ struct IslandsConfig {
   int chips = 2;                 // chips per island (data parallel inside the island)
   std::vector<double> speed;     // per island, in (0, 1]: 0.55 emulates hardware at 55% speed
                                  // (the chip delays its reply); missing islands run at 1.0
+  std::vector<int> counts;       // per island: chips of that island; missing islands have `chips`
+  int chips_of(int island) const {
+    return island >= 0 && static_cast<std::size_t>(island) < counts.size() ? counts[static_cast<std::size_t>(island)] : chips;
+  }
+  int max_chips() const {
+    int m = chips;
+    for (int c : counts) m = c > m ? c : m;
+    return m;
+  }
+  int total_chips(int islands) const {
+    int n = 0;
+    for (int i = 0; i < islands; ++i) n += chips_of(i);
+    return n;
+  }
   double speed_of(int island) const {
     return island >= 0 && static_cast<std::size_t>(island) < speed.size() ? speed[static_cast<std::size_t>(island)] : 1.0;
   }
