@@ -40,6 +40,7 @@ SyncerSettings sgd_settings(int islands, int K, std::string grace = "none") {
   s.quorum.grace = grace;
   s.merge.weighting = "uniform";
   s.merge.rda = false;
+  s.merge.partial_scale = false;  // plain averages: the hand-computed values below
   s.outer.kind = "sgd";
   s.outer.lr = 1.0f;
   s.outer.momentum = 0.0f;
@@ -220,6 +221,26 @@ BOOST_AUTO_TEST_CASE(late_contribution_is_discounted_next_round) {
   auto f = s.receive(delta_frame(1, 7, 1.0f), 2.0);
   BOOST_REQUIRE(!f);
   BOOST_TEST((f.error().code == errc::future_round));
+}
+
+BOOST_AUTO_TEST_CASE(partial_merges_add_up_to_one_outer_step_per_period) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(4, 1);
+  cfg.merge.partial_scale = true;
+  SyncerCore s(t.plan, init, cfg);
+  s.set_live_islands(4);
+  // Four islands' outer gradients (all 1) arrive one by one; K = 1 commits each alone.
+  for (int i = 0; i < 4; ++i) {
+    BOOST_REQUIRE(s.receive(delta_frame(i, s.round(0), 1.0f), 0.1 * i));
+    BOOST_REQUIRE_EQUAL(s.poll(0.1 * i).size(), 1u);
+  }
+  // Each applied 1/4 of its δ: together one step of the average (FedAvg, lr 1), not four.
+  BOOST_TEST(s.params()[0] == -1.0f);
+  // A full house is applied whole.
+  for (int i = 0; i < 4; ++i) BOOST_REQUIRE(s.receive(delta_frame(i, s.round(0), 1.0f), 1.0));
+  BOOST_REQUIRE_EQUAL(s.poll(1.0).size(), 1u);
+  BOOST_TEST(s.params()[0] == -2.0f);
 }
 
 BOOST_AUTO_TEST_CASE(contribution_repeating_merged_progress_is_not_applied_twice) {

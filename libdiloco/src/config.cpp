@@ -96,6 +96,8 @@ std::vector<Field> fields(RunConfig& c) {
       {"merge", "rda", &c.merge.rda, "radial-directional averaging of non-embedding tensors"},
       {"merge", "max_staleness", &c.merge.max_staleness, "rounds after which a late contribution is dropped"},
       {"merge", "staleness_discount", &c.merge.staleness_discount, "weight × discount^staleness"},
+      {"merge", "partial_scale", &c.merge.partial_scale,
+       "decoupled: a merge of n of L live islands applies n/L of the average (one outer step per period, not L)"},
 
       {"quorum", "min_islands", &c.quorum.min_islands, "K: contributions a round needs"},
       {"quorum", "grace", &c.quorum.grace, "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},

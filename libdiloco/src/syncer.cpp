@@ -101,6 +101,11 @@ Commit SyncerCore::commit(int p, double now) {
       c.tokens += x.header.tokens;
       merged_base_[i][static_cast<std::size_t>(x.header.island)] = x.header.base_round + 1;
     }
+  const int live = state_[i].live_islands;
+  if (settings_.merge.partial_scale && live > 0 && ms.merged > 0 && ms.merged < live) {
+    const double share = static_cast<double>(ms.merged) / static_cast<double>(live);
+    for (auto& v : merged_) v *= share;
+  }
   theta_.resize(n);
   plan_->gather<float>(p, params_, theta_);
   outer_[i].step(theta_, merged_);

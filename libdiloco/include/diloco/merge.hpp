@@ -28,6 +28,9 @@ struct MergeConfig {
   bool rda = true;                   // radial-directional averaging for non-embedding tensors
   std::uint64_t max_staleness = 4;   // contributions older than this many rounds are dropped
   double staleness_discount = 0.5;   // weight × discount^staleness
+  bool partial_scale = true;         // a merge of n of the L live islands applies n/L of the
+                                     // average: contributions that arrive one by one then add
+                                     // up over a period to one full outer step, not L of them
 };
 
 /// Weight of a contribution before staleness: 1, or tokens·(tokens/steps) (quantity × quality).
