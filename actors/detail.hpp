@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include <caf/actor_clock.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
 
@@ -18,9 +19,10 @@
 namespace diloco::actors::detail {
 
 /// The actor clock in seconds (the test coordinator's clock in tests): the `now` of policy code.
-inline double now_s(caf::event_based_actor* self) {
-  return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
+inline double now_s(caf::actor_clock& clock) {
+  return std::chrono::duration<double>(clock.now().time_since_epoch()).count();
 }
+inline double now_s(caf::event_based_actor* self) { return now_s(self->clock()); }
 
 inline WireFrame to_wire(const Frame& f) {
   WireFrame w;

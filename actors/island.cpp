@@ -270,7 +270,7 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
   // Alive = joined: an island under repair or still healing is not part of the run yet.
   st.live = std::make_shared<bool>(false);
   self->attach_functor([rt, i, live = st.live, sys = &self->home_system()](const caf::error&) {
-    const double t = std::chrono::duration<double>(sys->clock().now().time_since_epoch()).count() - rt->t0.load();
+    const double t = detail::now_s(sys->clock()) - rt->t0.load();
     const int n = *live ? --rt->counters.live_islands : rt->counters.live_islands.load();
     rt->account([&](GoodputMeter& g) {
       g.island_lost(i);

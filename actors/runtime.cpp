@@ -13,6 +13,7 @@
 #include "diloco/actors/chip.hpp"
 #include "diloco/actors/island.hpp"
 #include "diloco/actors/syncer.hpp"
+#include "detail.hpp"
 
 namespace diloco::actors {
 
@@ -221,17 +222,14 @@ void Runtime::emit(const RuntimeEvent& e) {
 
 caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink, SpawnSet what) {
   const auto& c = rt->cfg;
-  rt->t0 = std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count();
+  rt->t0 = detail::now_s(sys.clock());
   // A unit under repair (chaos.hpp) is started by its supervisor but registers itself only when
   // the repair is over; until then the others find its dead predecessor and carry on without it.
-  auto now_of = [](caf::event_based_actor* sup) {
-    return std::chrono::duration<double>(sup->clock().now().time_since_epoch()).count();
-  };
   std::vector<Child> root_children;
   if (what.syncer)
-    root_children.push_back(Child{ChildSpec{"syncer", Restart::permanent, 1.0}, [rt, now_of](caf::event_based_actor* sup) {
+    root_children.push_back(Child{ChildSpec{"syncer", Restart::permanent, 1.0}, [rt](caf::event_based_actor* sup) {
                                     auto a = spawn_syncer(sup, rt);
-                                    if (now_of(sup) >= rt->syncer_repair.load()) rt->dir.set_syncer(a);
+                                    if (detail::now_s(sup) >= rt->syncer_repair.load()) rt->dir.set_syncer(a);
                                     return a;
                                   }});
   for (int i = 0; i < c.train.islands; ++i) {
@@ -244,9 +242,9 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
                          }});
     for (int ch = 0; ch < c.islands.chips_of(i); ++ch)
       kids.push_back(Child{ChildSpec{"chip-" + std::to_string(ch), Restart::permanent, 1.0},
-                           [rt, i, ch, now_of](caf::event_based_actor* sup) {
+                           [rt, i, ch](caf::event_based_actor* sup) {
                              auto a = spawn_chip(sup, rt, i, ch);
-                             if (now_of(sup) >= rt->chip_repair[static_cast<std::size_t>(i)][static_cast<std::size_t>(ch)].load())
+                             if (detail::now_s(sup) >= rt->chip_repair[static_cast<std::size_t>(i)][static_cast<std::size_t>(ch)].load())
                                rt->dir.set_chip(i, ch, a);
                              return a;
                            }});

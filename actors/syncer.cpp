@@ -54,20 +54,25 @@ void publish_global(Runtime& rt, std::span<const float> params, std::uint64_t ro
   rt.global_round = std::max(rt.global_round, round);
 }
 
+/// Sends a global frame to every registered island over its link; returns the longest delay.
+double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Expected<Frame>& frame) {
+  double t_link = 0.0;
+  if (!frame) return t_link;
+  auto w = detail::to_wire(*frame);
+  for (auto& [id, a] : self->state.islands) {
+    rt.counters.bytes_sent += w.bytes.size();
+    t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, a, global_atom::value, w));
+  }
+  return t_link;
+}
+
 /// ddp: when every island's gradient is in, step and send everyone the new parameters.
 void syncer_ddp_poll(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   auto& st = self->state;
   auto step = st.ddp->poll();
   if (!step) return;
   const double now = detail::now_s(self);
-  auto frame = st.ddp->params_frame();
-  if (frame) {
-    auto w = detail::to_wire(*frame);
-    for (auto& [id, a] : st.islands) {
-      rt.counters.bytes_sent += w.bytes.size();
-      detail::send_over_link(self, rt, id, false, a, global_atom::value, w);
-    }
-  }
+  broadcast(self, rt, st.ddp->params_frame());
   std::vector<int> all;
   for (int i = 0; i < rt.cfg.train.islands; ++i) all.push_back(i);
   rt.account([&](GoodputMeter& g) {
@@ -75,7 +80,6 @@ void syncer_ddp_poll(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     g.commit(now - rt.t0.load());
   });
   ++rt.counters.commits;
-  rt.counters.merged_tokens = st.ddp->tokens_merged();
   rt.emit({RuntimeEvent::commit, -1, -1, 0, *step, 0, rt.cfg.train.islands, all, {}, now});
   // Reports once per H steps, like the reference loop (a global round of ddp is H steps).
   const auto H = static_cast<std::uint64_t>(rt.cfg.train.H);
@@ -91,15 +95,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   double t_link = 0.0;
   auto commits = st.core->poll(now);
   for (const auto& c : commits) {
-    auto frame = st.core->global_frame(c.fragment);
-    if (frame) {
-      auto w = detail::to_wire(*frame);
-      for (auto& [id, a] : st.islands) {
-        rt.counters.bytes_sent += w.bytes.size();
-        t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, a, global_atom::value, w));
-      }
-    }
-    rt.counters.merged_tokens += c.tokens;
+    t_link = std::max(t_link, broadcast(self, rt, st.core->global_frame(c.fragment)));
     ++rt.counters.commits;
     rt.account([&](GoodputMeter& g) {
       for (auto& [key, n] : st.accepted) {

@@ -2,8 +2,6 @@
 #include "diloco/ddp.hpp"
 
 #include <algorithm>
-#include <limits>
-#include <stdexcept>
 
 namespace diloco {
 
@@ -52,7 +50,6 @@ std::optional<std::uint64_t> DdpServer::poll() {
     for (std::size_t j = 0; j < mean_.size(); ++j) mean_[j] += w * g[j];
   }
   opt_.step(params_, mean_);
-  tokens_merged_ += total;
   std::fill(tokens_.begin(), tokens_.end(), 0);
   ++step_;
   inbox_.set_round(0, step_);
@@ -77,27 +74,6 @@ JoinReply DdpServer::join_reply() const {
   m.data = encode(CodecParams{}, params_).value();
   r.fragments.push_back(std::move(m));
   return r;
-}
-
-double combine_chips(std::span<const ChipGradient> chips, std::vector<float>& out, std::uint64_t& tokens) {
-  tokens = 0;
-  for (const auto& c : chips) tokens += c.tokens;
-  if (tokens == 0 || chips.empty()) return std::numeric_limits<double>::quiet_NaN();
-  out.resize(chips[0].grads.size());
-  if (chips.size() == 1) {
-    std::copy(chips[0].grads.begin(), chips[0].grads.end(), out.begin());
-    return chips[0].loss;
-  }
-  std::fill(out.begin(), out.end(), 0.0f);
-  double loss = 0.0;
-  for (const auto& c : chips) {
-    if (c.grads.size() != out.size()) throw std::invalid_argument("combine_chips: chip gradients differ in size");
-    const double share = static_cast<double>(c.tokens) / static_cast<double>(tokens);
-    const auto w = static_cast<float>(share);
-    for (std::size_t j = 0; j < out.size(); ++j) out[j] += w * c.grads[j];
-    loss += c.loss * share;
-  }
-  return loss;
 }
 
 Expected<Frame> gradient_frame(int island, std::uint64_t step, std::uint64_t tokens, std::span<const float> grad) {

@@ -35,26 +35,34 @@ std::vector<float>& IslandCore::writable() {
   return *params_;
 }
 
-double IslandCore::apply_gradient(std::span<const ChipGradient> chips) {
-  std::uint64_t total = 0;
+double combine_chips(std::span<const ChipGradient> chips, std::vector<float>& out, std::uint64_t& tokens) {
+  tokens = 0;
   for (const auto& c : chips) {
-    if (c.grads.size() != grad_.size()) throw std::invalid_argument("IslandCore: chip gradient has the wrong size");
-    total += c.tokens;
+    if (c.grads.size() != chips[0].grads.size()) throw std::invalid_argument("combine_chips: chip gradients differ in size");
+    tokens += c.tokens;
   }
-  if (total == 0) return std::numeric_limits<double>::quiet_NaN();
-  // g = Σ_c tokens_c·g_c / Σ_c tokens_c   (N,)
-  double loss = 0.0;
+  if (tokens == 0) return std::numeric_limits<double>::quiet_NaN();
+  out.resize(chips[0].grads.size());
   if (chips.size() == 1) {
-    std::copy(chips[0].grads.begin(), chips[0].grads.end(), grad_.begin());
-    loss = chips[0].loss;
-  } else {
-    std::fill(grad_.begin(), grad_.end(), 0.0f);
-    for (const auto& c : chips) {
-      const float w = static_cast<float>(static_cast<double>(c.tokens) / static_cast<double>(total));
-      for (std::size_t j = 0; j < grad_.size(); ++j) grad_[j] += w * c.grads[j];
-      loss += c.loss * static_cast<double>(c.tokens) / static_cast<double>(total);
-    }
+    std::copy(chips[0].grads.begin(), chips[0].grads.end(), out.begin());
+    return chips[0].loss;
   }
+  std::fill(out.begin(), out.end(), 0.0f);
+  double loss = 0.0;
+  for (const auto& c : chips) {
+    const float w = static_cast<float>(static_cast<double>(c.tokens) / static_cast<double>(tokens));
+    for (std::size_t j = 0; j < out.size(); ++j) out[j] += w * c.grads[j];
+    loss += c.loss * static_cast<double>(c.tokens) / static_cast<double>(tokens);
+  }
+  return loss;
+}
+
+double IslandCore::apply_gradient(std::span<const ChipGradient> chips) {
+  for (const auto& c : chips)
+    if (c.grads.size() != grad_.size()) throw std::invalid_argument("IslandCore: chip gradient has the wrong size");
+  std::uint64_t total = 0;
+  const double loss = combine_chips(chips, grad_, total);
+  if (total == 0) return loss;  // NaN: the step is skipped
   opt_.step(writable(), grad_);
   ++step_;
   tokens_total_ += total;

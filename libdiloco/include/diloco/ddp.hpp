@@ -43,7 +43,6 @@ public:
   void clear_pending();
   /// Islands whose gradient for the current step is in.
   int received() const;
-  std::uint64_t tokens_merged() const { return tokens_merged_; }
   const RejectCounts& rejected() const { return inbox_.rejected(); }
 
 private:
@@ -55,12 +54,8 @@ private:
   std::vector<std::vector<float>> grads_;  // per island, for the current step
   std::vector<std::uint64_t> tokens_;      // per island; 0 = not in yet
   std::vector<float> mean_;
-  std::uint64_t tokens_merged_ = 0;
 };
 
-/// The island side: its chips' gradients combined by tokens (as IslandCore::apply_gradient does)
-/// into `out`; returns the token-weighted loss and sets `tokens` (0 and NaN without chips).
-double combine_chips(std::span<const ChipGradient> chips, std::vector<float>& out, std::uint64_t& tokens);
 /// The island's gradient for step `step` as a frame for the server (fp32).
 Expected<Frame> gradient_frame(int island, std::uint64_t step, std::uint64_t tokens, std::span<const float> grad);
 

@@ -23,6 +23,11 @@ struct ChipGradient {
   double loss = 0.0;
 };
 
+/// The chips' gradients of one step combined by tokens: out = Σ_c tokens_c·g_c / Σ_c tokens_c
+/// (a dead chip's share is simply missing). Returns the token-weighted loss and sets `tokens`;
+/// without tokens, NaN and `out` untouched. Throws std::invalid_argument if sizes differ.
+double combine_chips(std::span<const ChipGradient> chips, std::vector<float>& out, std::uint64_t& tokens);
+
 /// How an island syncs (Streaming / Decoupled DiLoCo, arXiv 2501.18512, 2604.21428).
 struct IslandSettings {
   int island = 0;

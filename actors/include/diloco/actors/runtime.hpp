@@ -66,7 +66,6 @@ private:
 struct RuntimeCounters {
   std::atomic<std::uint64_t> tokens{0};         // tokens trained by all islands
   std::atomic<std::uint64_t> bytes_sent{0};     // frame bytes islands → syncer and syncer → islands
-  std::atomic<std::uint64_t> merged_tokens{0};  // tokens of merged contributions (summed over fragments)
   std::atomic<int> live_islands{0};
   std::atomic<int> live_chips{0};
   std::atomic<int> islands_done{0};
