@@ -16,6 +16,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <spdlog/fmt/ranges.h>
 
@@ -24,6 +25,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;  // metrics lines keep their keys in this order
 
 /// What the progress lines need from the event stream (filled on actor threads).
 struct Tally {
@@ -215,12 +217,20 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                 rt->counters.live_chips.load(), rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, rt->counters.bytes_sent.load() / 1e6,
                 100.0 * goodput);
     std::fflush(stdout);
-    if (jsonl)
-      jsonl << "{\"round\":" << round << ",\"train_loss\":" << (std::isfinite(train) ? std::to_string(train) : "null")
-            << ",\"eval_loss\":" << last_eval << ",\"tokens\":" << tokens << ",\"bytes\":" << rt->counters.bytes_sent.load()
-            << ",\"goodput\":" << goodput << ",\"useful_chip_s\":" << gp.useful_chip_s
-            << ",\"provisioned_chip_s\":" << gp.provisioned_chip_s << ",\"downtime_s\":" << gp.global_downtime_s
-            << ",\"live_islands\":" << rt->counters.live_islands.load() << ",\"seconds\":" << secs << "}\n";
+    if (jsonl)  // (non-finite numbers become null)
+      jsonl << Json{{"round", round},
+                    {"train_loss", train},
+                    {"eval_loss", last_eval},
+                    {"tokens", tokens},
+                    {"bytes", rt->counters.bytes_sent.load()},
+                    {"goodput", goodput},
+                    {"useful_chip_s", gp.useful_chip_s},
+                    {"provisioned_chip_s", gp.provisioned_chip_s},
+                    {"downtime_s", gp.global_downtime_s},
+                    {"live_islands", rt->counters.live_islands.load()},
+                    {"seconds", secs}}
+                   .dump()
+            << "\n";
   };
   // The main thread only watches: it evaluates the global parameters when a global round lands.
   auto done = [&] { return rt->counters.islands_done.load() >= cfg.train.islands; };
@@ -255,16 +265,6 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   // waited above) still count as useful.
   const auto gp = rt->goodput_report(finished_at > 0.0 ? finished_at : actor_now());
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
-  // Per site link: bytes each way and the busiest second (peak bandwidth in use).
-  auto links_json = [&] {
-    std::string j = "[";
-    for (const auto& l : rt->link_report())
-      j += fmt::format("{}{{\"site\":\"{}\",\"up_bytes\":{},\"down_bytes\":{},\"up_peak_mbps\":{:.3f},"
-                       "\"down_peak_mbps\":{:.3f},\"bandwidth_mbps\":{:.3f}}}",
-                       j.size() > 1 ? "," : "", l.site, l.up_bytes, l.down_bytes, l.up_peak * l.bandwidth_Bps * 8e-6,
-                       l.down_peak * l.bandwidth_Bps * 8e-6, l.bandwidth_Bps * 8e-6);
-    return j + "]";
-  };
   std::vector<float> final_params;
   {
     std::lock_guard lk(rt->global_mu);
@@ -292,21 +292,38 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
               100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
               gp.in_flight_chip_s, gp.global_downtime_s);
   if (jsonl) {
-    std::lock_guard lk(tally->mu);
-    for (const auto& [t, what] : tally->faults) {
-      std::string esc;
-      for (char ch : what) esc += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
-      jsonl << "{\"fault\":\"" << esc << "\",\"seconds\":" << t << "}\n";
+    {
+      std::lock_guard lk(tally->mu);
+      for (const auto& [t, what] : tally->faults) jsonl << Json{{"fault", what}, {"seconds", t}}.dump() << "\n";
     }
+    // Per site link: bytes each way and the busiest second (peak bandwidth in use).
+    auto links = Json::array();
+    for (const auto& l : rt->link_report())
+      links.push_back(Json{{"site", l.site},
+                           {"up_bytes", l.up_bytes},
+                           {"down_bytes", l.down_bytes},
+                           {"up_peak_mbps", l.up_peak * l.bandwidth_Bps * 8e-6},
+                           {"down_peak_mbps", l.down_peak * l.bandwidth_Bps * 8e-6},
+                           {"bandwidth_mbps", l.bandwidth_Bps * 8e-6}});
+    jsonl << Json{{"summary", true},
+                  {"mode", cfg.train.mode},
+                  {"final_eval_loss", final_eval},
+                  {"seconds", secs},
+                  {"tokens", tokens},
+                  {"bytes", rt->counters.bytes_sent.load()},
+                  {"goodput", gp.goodput},
+                  {"useful_chip_s", gp.useful_chip_s},
+                  {"provisioned_chip_s", gp.provisioned_chip_s},
+                  {"downtime_s", gp.global_downtime_s},
+                  {"faults", rt->schedule.size()},
+                  {"schedule_hash", fmt::format("{:016x}", schedule_hash(rt->schedule))},
+                  {"rounds", printed},
+                  {"commits", rt->counters.commits.load()},
+                  {"dropped_stale", rt->counters.dropped_stale.load()},
+                  {"links", std::move(links)}}
+                 .dump()
+          << "\n";
   }
-  if (jsonl)
-    jsonl << "{\"summary\":true,\"mode\":\"" << cfg.train.mode << "\",\"final_eval_loss\":" << final_eval
-          << ",\"seconds\":" << secs << ",\"tokens\":" << tokens << ",\"bytes\":" << rt->counters.bytes_sent.load()
-          << ",\"goodput\":" << gp.goodput << ",\"useful_chip_s\":" << gp.useful_chip_s
-          << ",\"provisioned_chip_s\":" << gp.provisioned_chip_s << ",\"downtime_s\":" << gp.global_downtime_s
-          << ",\"faults\":" << rt->schedule.size() << ",\"schedule_hash\":\"" << fmt::format("{:016x}", schedule_hash(rt->schedule))
-          << "\",\"rounds\":" << printed << ",\"commits\":" << rt->counters.commits.load()
-          << ",\"dropped_stale\":" << rt->counters.dropped_stale.load() << ",\"links\":" << links_json() << "}\n";
   if (!rt->links.empty()) {
     const auto links = rt->link_totals();
     std::printf("links (emulated%s): %.2f MB carried incl. progress reports, %llu retransmissions\n",
