@@ -22,47 +22,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def pretrain(diloco, steps, out):
-    """The shared start: ddp on the reference loop, no faults (not part of any figure)."""
-    path = os.path.join(out, "pretrained.safetensors")
-    cmd = [diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--set", 'train.mode="ddp"',
-           "--set", f"train.steps={steps}", "--set", f"inner.decay_steps={steps}", "--save", path]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-4000:])
-        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode})")
-    return path
+import diloco_runs
 
 
 def run(diloco, mode, mtbf, repair, seed, out, init=None):
     tag = f"{mode}_mtbf{mtbf:g}"
-    metrics = os.path.join(out, tag + ".jsonl")
-    cmd = [diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--actors", "--metrics", metrics,
-           "--set", f'train.mode="{mode}"'] + (["--init", init] if init else [])
+    sets = [f'train.mode="{mode}"']
     if mtbf > 0:
-        cmd += ["--set", "chaos.enabled=true", "--set", f"chaos.seed={seed}", "--set", f"chaos.chip_mtbf_s={mtbf}",
-                "--set", f"chaos.island_mtbf_s={4 * mtbf}", "--set", f"chaos.repair_s={repair}"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-4000:])
-        raise SystemExit(f"goodput: {' '.join(cmd)} failed ({p.returncode})")
-    rounds, faults, summary = [], [], None
-    with open(metrics) as f:
-        for line in f:
-            o = json.loads(line)
-            if o.get("summary"):
-                summary = o
-            elif "fault" in o:
-                faults.append(o)
-            elif "round" in o:
-                rounds.append(o)
-    return {"tag": tag, "summary": summary, "rounds": rounds, "faults": faults}
+        sets += ["chaos.enabled=true", f"chaos.seed={seed}", f"chaos.chip_mtbf_s={mtbf}",
+                 f"chaos.island_mtbf_s={4 * mtbf}", f"chaos.repair_s={repair}"]
+    r = diloco_runs.run(diloco, "goodput.toml", sets, os.path.join(out, tag + ".jsonl"), actors=True, init=init)
+    return dict(r, tag=tag)
 
 
 def plot(results, rates, out):
@@ -118,7 +90,7 @@ def plot(results, rates, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--diloco", default=os.path.join(ROOT, "build", "apps", "diloco"))
+    ap.add_argument("--diloco", default=diloco_runs.DEFAULT_DILOCO)
     ap.add_argument("--mtbf", default="0,60,30,15", help="per-chip MTBF values in s (island MTBF is 4x); 0: no faults")
     ap.add_argument("--repair", type=float, default=2.0, help="repair time of a killed unit, s")
     ap.add_argument("--seed", type=int, default=1)
@@ -128,7 +100,7 @@ def main():
     out = a.out or tempfile.mkdtemp(prefix="goodput.")
     os.makedirs(out, exist_ok=True)
     rates = [float(x) for x in a.mtbf.split(",")]
-    init = pretrain(a.diloco, a.pretrain, out) if a.pretrain > 0 else None
+    init = diloco_runs.pretrain(a.diloco, "goodput.toml", a.pretrain, out)[0] if a.pretrain > 0 else None
     results = {}
     print(f"{'mode':10s} {'chip MTBF':>9s} {'faults':>6s} {'wall s':>7s} {'goodput':>8s} {'downtime s':>10s} "
           f"{'eval loss':>9s}  schedule")

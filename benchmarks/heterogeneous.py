@@ -17,31 +17,14 @@ Prints a table and, as its last line, one JSON object.
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run(diloco, name, sets, out, init=None):
-    metrics = os.path.join(out, name + ".jsonl")
-    cmd = [diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--metrics", metrics]
-    if init:
-        cmd += ["--init", init]
-    for s in sets:
-        cmd += ["--set", s]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-4000:])
-        raise SystemExit(f"heterogeneous: {' '.join(cmd)} failed ({p.returncode})")
-    with open(metrics) as f:
-        return [json.loads(l) for l in f if '"summary":true' in l][-1]
+import diloco_runs
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--diloco", default=os.path.join(ROOT, "build", "apps", "diloco"))
+    ap.add_argument("--diloco", default=diloco_runs.DEFAULT_DILOCO)
     ap.add_argument("--speeds", default="1.0,1.0,0.55,0.55")
     ap.add_argument("--tau", type=int, default=2, help="fragments.tau (bounds the adaptive grace window)")
     ap.add_argument("--pretrain", type=int, default=300, help="ddp steps of the shared start (0: cold start)")
@@ -58,16 +41,13 @@ def main():
                 ("K=1, adaptive grace", ["quorum.min_islands=1", 'quorum.grace="adaptive"'])]
     init = None
     if a.pretrain > 0:
-        init = os.path.join(out, "pretrained.safetensors")
-        subprocess.run([a.diloco, "run", os.path.join(ROOT, "configs", "goodput.toml"), "--set", 'train.mode="ddp"',
-                        "--set", f"train.islands={M}", "--set", f"train.steps={a.pretrain}",
-                        "--set", f"inner.decay_steps={a.pretrain}", "--save", init],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        init = diloco_runs.pretrain(a.diloco, "goodput.toml", a.pretrain, out, [f"train.islands={M}"])[0]
     res = {}
     print(f"islands at speeds {speeds}, tau {a.tau}, shared start: {a.pretrain} ddp steps")
     print(f"{'variant':22s} {'wall s':>7s} {'goodput':>8s} {'eval loss':>9s} {'commits':>8s} {'late drops':>10s}")
     for name, sets in variants:
-        s = run(a.diloco, name.replace(" ", "").replace(",", "_").replace("=", ""), common + sets, out, init)
+        tag = name.replace(" ", "").replace(",", "_").replace("=", "")
+        s = diloco_runs.run(a.diloco, "goodput.toml", common + sets, os.path.join(out, tag + ".jsonl"), init=init)["summary"]
         res[name] = {"wall_s": s["seconds"], "goodput": s["goodput"], "eval_loss": s["final_eval_loss"],
                      "commits": s["commits"], "dropped_stale": s["dropped_stale"], "downtime_s": s["downtime_s"]}
         print(f"{name:22s} {s['seconds']:7.1f} {100 * s['goodput']:7.1f}% {s['final_eval_loss']:9.4f} "

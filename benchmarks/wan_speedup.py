@@ -22,36 +22,13 @@ Prints a table and, as its last line, one JSON object.
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import diloco_runs
 
 
-def run(diloco, config, sets, metrics, actors=False, init=None, save=None):
-    cmd = [diloco, "run", os.path.join(ROOT, "configs", config), "--metrics", metrics]
-    if actors:
-        cmd.append("--actors")
-    if init:
-        cmd += ["--init", init]
-    if save:
-        cmd += ["--save", save]
-    for s in sets:
-        cmd += ["--set", s]
-    t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-4000:])
-        raise SystemExit(f"wan_speedup: {' '.join(cmd)} failed ({p.returncode})")
-    with open(metrics) as f:
-        summary = [json.loads(l) for l in f if '"summary":true' in l]
-    if not summary:
-        raise SystemExit(f"wan_speedup: no summary in {metrics}")
-    s = summary[-1]
-    s["process_seconds"] = time.time() - t0
-    return s
+def run(diloco, config, sets, metrics, actors=False, init=None):
+    return diloco_runs.run(diloco, config, sets, metrics, actors=actors, init=init)["summary"]
 
 
 def link_totals(s):
@@ -68,7 +45,7 @@ def link_totals(s):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--diloco", default=os.path.join(ROOT, "build", "apps", "diloco"))
+    ap.add_argument("--diloco", default=diloco_runs.DEFAULT_DILOCO)
     ap.add_argument("--steps", type=int, default=2000, help="inner steps per island (the token budget)")
     ap.add_argument("--pretrain", type=int, default=300, help="ddp steps of the shared start (0: cold start)")
     ap.add_argument("--ddp-sample", type=int, default=25, help="ddp steps timed across the links")
@@ -81,9 +58,7 @@ def main():
 
     init = None
     if a.pretrain > 0:
-        init = os.path.join(out, "pretrained.safetensors")
-        pre = run(a.diloco, "scaled_ddp.toml", [f"train.steps={a.pretrain}", f"inner.decay_steps={a.pretrain}"],
-                  os.path.join(out, "pretrain.jsonl"), save=init)
+        init, pre = diloco_runs.pretrain(a.diloco, "scaled_ddp.toml", a.pretrain, out)
         print(f"shared start: ddp {a.pretrain} steps without WAN, eval loss {pre['final_eval_loss']:.4f}")
 
     res = {}
