@@ -56,6 +56,28 @@ BOOST_AUTO_TEST_CASE(warmup_is_linear_then_cosine_reaches_the_floor) {
   BOOST_TEST(learning_rate(c, 500) == 1.0f);
 }
 
+// A restarted island (step 60 of the run) must not start the schedule over at its peak: the
+// rate follows the schedule from step 61 on, ramped up over warmup_steps for the new moments.
+BOOST_AUTO_TEST_CASE(resumed_schedule_goes_on_from_the_step_with_a_fresh_warmup) {
+  auto layout = two_tensors();
+  AdamWConfig c;
+  c.lr = 1.0f;
+  c.warmup_steps = 10;
+  c.decay_steps = 100;
+  AdamW fresh(layout, c);
+  BOOST_TEST(fresh.next_lr() == learning_rate(c, 1));
+  AdamW resumed(layout, c);
+  resumed.resume_schedule(60);
+  BOOST_TEST(resumed.next_lr() == learning_rate(c, 61) / 10.0f, boost::test_tools::tolerance(1e-6f));
+  std::vector<float> p{1.0f, -2.0f, 3.0f}, g{0.5f, -0.1f, 0.2f};
+  for (int k = 0; k < 9; ++k) {
+    auto gk = g;
+    resumed.step(p, gk);
+  }
+  BOOST_TEST(resumed.next_lr() == learning_rate(c, 70), boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(resumed.next_lr() < 0.6f);  // past mid-cosine, not back at the peak of 1
+}
+
 BOOST_AUTO_TEST_CASE(clipping_scales_the_gradient_to_the_global_norm) {
   auto layout = two_tensors();
   AdamWConfig c;

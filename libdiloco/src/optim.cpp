@@ -1,6 +1,7 @@
 // AdamW with schedule and clipping; Nesterov / SGD / Delayed Nesterov outer steps.
 #include "diloco/optim.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -33,8 +34,8 @@ float AdamW::step(std::span<float> p, std::span<float> g) {
   const double norm = global_norm(g);
   float scale = 1.0f;
   if (cfg_.grad_clip > 0.0f && norm > cfg_.grad_clip) scale = static_cast<float>(cfg_.grad_clip / norm);
+  const float lr = next_lr();
   ++t_;
-  const float lr = learning_rate(cfg_, t_);
   const float b1 = cfg_.beta1, b2 = cfg_.beta2;
   const float c1 = 1.0f - static_cast<float>(std::pow(b1, static_cast<double>(t_)));
   const float c2 = 1.0f - static_cast<float>(std::pow(b2, static_cast<double>(t_)));
@@ -50,6 +51,15 @@ float AdamW::step(std::span<float> p, std::span<float> g) {
     p[i] -= lr * (mhat / (std::sqrt(vhat) + cfg_.eps)) + (decay_[i] ? wd * p[i] : 0.0f);
   }
   return static_cast<float>(norm);
+}
+
+void AdamW::resume_schedule(long step) { offset_ = std::max(0L, step); }
+
+float AdamW::next_lr() const {
+  const long t = t_ + 1;
+  const float lr = learning_rate(cfg_, offset_ + t);
+  if (offset_ == 0 || cfg_.warmup_steps <= 0 || t >= cfg_.warmup_steps) return lr;
+  return lr * static_cast<float>(t) / static_cast<float>(cfg_.warmup_steps);
 }
 
 void AdamW::restore(long t, std::span<const float> m, std::span<const float> v) {

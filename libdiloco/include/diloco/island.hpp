@@ -57,8 +57,12 @@ public:
   double apply_gradient(std::span<const ChipGradient> chips);
 
   long step() const { return step_; }
-  /// A restarted island continues the run's step count (the schedule's offsets stay aligned).
-  void resume_at(long step) { step_ = step; }
+  /// A restarted island continues the run's step count: the sync schedule's offsets stay
+  /// aligned and the inner learning rate goes on from there (AdamW::resume_schedule).
+  void resume_at(long step) {
+    step_ = step;
+    opt_.resume_schedule(step);
+  }
   /// Fragments due after the current local step, in index order.
   std::vector<int> due() const;
   /// Fragment p is due on its schedule (every H steps from its offset). Decoupled islands never

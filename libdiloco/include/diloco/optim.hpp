@@ -35,6 +35,12 @@ public:
   /// One step; clips `grads` in place to the global norm and returns the norm before clipping.
   float step(std::span<float> params, std::span<float> grads);
   long steps_taken() const { return t_; }
+  /// The learning-rate schedule goes on at `step` (a restarted island resuming the run's step
+  /// count) instead of starting over at its warm-up and peak. Its moments start afresh, so the
+  /// rate is ramped up again over warmup_steps, from the schedule's rate at that point.
+  void resume_schedule(long step);
+  /// The rate the next step() uses.
+  float next_lr() const;
   const AdamWConfig& config() const { return cfg_; }
   std::span<const float> m() const { return m_; }
   std::span<const float> v() const { return v_; }
@@ -45,6 +51,7 @@ private:
   const ParamLayout* layout_;
   AdamWConfig cfg_;
   long t_ = 0;
+  long offset_ = 0;  // schedule steps before this optimizer's first (resume_schedule)
   std::vector<float> m_, v_;
   std::vector<std::uint8_t> decay_;  // per element: 1 if weight decay applies
 };
