@@ -77,7 +77,7 @@ caf::behavior chaos_actor(caf::event_based_actor* self, std::shared_ptr<Runtime>
   arm(0);
   return {
       [=](chaos_atom, std::uint64_t k) {
-        if (rt->counters.islands_done.load() >= rt->cfg.train.islands) return;  // the run is over
+        if (rt->all_done()) return;  // the run is over
         fire(self, *rt, what, rt->schedule[k]);
         arm(k + 1);
       },

@@ -27,7 +27,8 @@ struct IslandState {
   std::unique_ptr<BatchSource> data;
   bool joined = false;   // healed at least once (a later join only re-bases)
   bool stepping = false; // a step is in flight
-  bool finished = false;
+  bool finished = false; // trained its budget (with the final sync: winding down)
+  bool left = false;     // told the current syncer it finished
   caf::actor syncer;
   bool join_inflight = false;                // a join request or retry is under way
   caf::actor_addr dead_syncer;               // the syncer we saw die (the directory may still hold it)
@@ -97,6 +98,50 @@ void island_fire_faults(caf::event_based_actor* self, Runtime& rt, int i, long s
 
 void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i);
 
+/// Sends fragment p's outer gradient to the syncer (the island has one).
+void island_send_fragment(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, int p) {
+  auto frame = st.core->outer_gradient_frame(p);
+  if (!frame) {
+    spdlog::error("island {}: fragment {} not sent: {}", i, p, frame.error().message());
+    return;
+  }
+  rt.counters.bytes_sent += frame->size();
+  rt.account([&](GoodputMeter& g) { g.sent(i, p); });
+  detail::send_over_link(self, rt, i, true, st.syncer, fragment_atom::value, detail::to_wire(*frame));
+}
+
+void island_mark_done(caf::event_based_actor* self, Runtime& rt, int i, long step) {
+  if (rt.island_done[static_cast<std::size_t>(i)].exchange(true)) return;
+  ++rt.counters.islands_done;
+  rt.emit({RuntimeEvent::done, i, -1, step, 0, -1, 0, {}, {}, detail::now_s(self)});
+}
+
+/// The budget is spent: the island takes no more steps. With the final sync it first sends
+/// every fragment's unsent progress (after the merge of one still in flight arrives, so as not
+/// to repeat it), tells the syncer it finished (rounds stop waiting for it), and is done once
+/// those last contributions were merged. Runs again on every broadcast and re-join until then.
+void island_wind_down(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
+  st.finished = true;
+  const long step = st.core->step();
+  if (!rt.final_sync()) return island_mark_done(self, rt, i, step);
+  if (!st.syncer) return;  // on re-join (welcome)
+  st.core->settle();
+  bool unsent = false, awaiting = false;
+  for (int p = 0; p < rt.P(); ++p) {
+    if (st.core->steps_since(p) == 0) continue;
+    if (st.core->awaiting(p)) unsent = true;
+    else island_send_fragment(self, rt, st, i, p);
+  }
+  for (int p = 0; p < rt.P(); ++p) awaiting = awaiting || st.core->awaiting(p);
+  if (!unsent && !st.left) {
+    auto pm = st.core->progress();
+    pm.finished = true;
+    detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value, detail::to_wire(encode_message(pm)));
+    st.left = true;
+  }
+  if (!unsent && !awaiting) island_mark_done(self, rt, i, step);
+}
+
 /// After a step: report it, account for it, send what is due, fire step faults, go on.
 void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, double loss,
                        std::uint64_t tokens, int answered, bool send_fragments) {
@@ -110,35 +155,12 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
     if (st.syncer) {
       detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
-      for (int p : send_fragments ? st.core->due() : std::vector<int>{}) {
-        auto frame = st.core->outer_gradient_frame(p);
-        if (!frame) {
-          spdlog::error("island {}: fragment {} not sent: {}", i, p, frame.error().message());
-          continue;
-        }
-        rt.counters.bytes_sent += frame->size();
-        rt.account([&](GoodputMeter& g) { g.sent(i, p); });
-        detail::send_over_link(self, rt, i, true, st.syncer, fragment_atom::value, detail::to_wire(*frame));
-      }
+      for (int p : send_fragments ? st.core->due() : std::vector<int>{}) island_send_fragment(self, rt, st, i, p);
     }
     island_fire_faults(self, rt, i, step);
     if (!st.syncer && st.joined) island_try_join(self, rt, st, i);
   }
-  const auto& t = rt.cfg.train;
-  // "total_tokens": the tokens of `steps` steps of every chip of every island, in whatever order.
-  const bool budget_spent =
-      t.budget == "total_tokens" &&
-      rt.counters.tokens.load() >= static_cast<std::uint64_t>(t.steps) * static_cast<std::uint64_t>(t.batch) *
-                                       static_cast<std::uint64_t>(rt.cfg.model.seq_len) *
-                                       static_cast<std::uint64_t>(rt.cfg.islands.total_chips(t.islands));
-  if (t.budget == "total_tokens" ? budget_spent : step >= t.steps) {
-    if (!st.finished) {
-      st.finished = true;
-      ++rt.counters.islands_done;
-      rt.emit({RuntimeEvent::done, i, -1, step, 0, -1, 0, {}, {}, detail::now_s(self)});
-    }
-    return;
-  }
+  if (rt.budget_spent(step)) return island_wind_down(self, rt, st, i);
   // No chip alive: try again shortly (restarted chips show up in the directory). Otherwise the
   // next step starts at once: a step_atom to itself would wait behind every chip's work in the
   // scheduler's queue, and the chips would idle meanwhile.
@@ -213,6 +235,7 @@ void island_ddp_params(caf::event_based_actor* self, Runtime& rt, IslandState& s
 
 void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
   if (st.stepping || st.finished || !st.joined) return;
+  if (rt.budget_spent(st.core->step())) return island_wind_down(self, rt, st, i);  // e.g. restarted at the end
   if (rt.synchronous() && st.core->must_wait()) return;  // resumed by the broadcast
   const int C = rt.cfg.islands.chips_of(i);
   if (rt.ddp()) {
@@ -271,6 +294,7 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
   st.live = std::make_shared<bool>(false);
   self->attach_functor([rt, i, live = st.live, sys = &self->home_system()](const caf::error&) {
     const double t = detail::now_s(sys->clock()) - rt->t0.load();
+    rt->island_live[static_cast<std::size_t>(i)] = false;
     const int n = *live ? --rt->counters.live_islands : rt->counters.live_islands.load();
     rt->account([&](GoodputMeter& g) {
       g.island_lost(i);
@@ -318,6 +342,8 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
           st.stepping = false;
         }
         st.joined = true;
+        st.left = false;  // the syncer counts on a joining island until it says it finished
+        rt->island_live[static_cast<std::size_t>(i)] = true;
         if (!*st.live) {
           *st.live = true;
           const int n = ++rt->counters.live_islands;
@@ -326,7 +352,8 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
         RuntimeEvent ev{rejoin ? RuntimeEvent::rejoin : RuntimeEvent::heal, i, -1, st.core->step(),
                         st.core->base_round(0), -1, st.incarnation, {}, {}, detail::now_s(self)};
         rt->emit(ev);
-        island_start_step(self, *rt, st, i);
+        if (st.finished) island_wind_down(self, *rt, st, i);
+        else island_start_step(self, *rt, st, i);
       },
       [=](step_atom) { island_start_step(self, *rt, self->state, i); },
       [=](const ChipResult& r) {
@@ -340,6 +367,7 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
         auto got = self->state.core->adopt_frame(detail::bytes_of(w));
         if (!got && got.error().code == errc::missed_round) island_try_join(self, *rt, self->state, i);  // missed a delta: heal
         else if (!got) spdlog::warn("island {}: broadcast refused: {}", i, got.error().message());
+        else if (self->state.finished) island_wind_down(self, *rt, self->state, i);
         if (rt->synchronous()) island_start_step(self, *rt, self->state, i);  // if it was waiting
       },
   };

@@ -116,6 +116,29 @@ std::vector<ChaosEvent> make_schedule(const RunConfig& cfg) {
 
 }  // namespace
 
+bool Runtime::budget_spent(long step) const {
+  const auto& t = cfg.train;
+  if (t.budget != "total_tokens") return step >= t.steps;
+  // The tokens of `steps` steps of every chip of every island, in whatever order.
+  return counters.tokens.load() >= static_cast<std::uint64_t>(t.steps) * static_cast<std::uint64_t>(t.batch) *
+                                       static_cast<std::uint64_t>(cfg.model.seq_len) *
+                                       static_cast<std::uint64_t>(cfg.islands.total_chips(t.islands));
+}
+
+bool Runtime::trained() const {
+  if (cfg.train.budget == "total_tokens") return budget_spent(0);
+  for (const auto& s : island_steps)
+    if (!budget_spent(s.load())) return false;
+  return true;
+}
+
+bool Runtime::all_done() const {
+  const bool tokens_spent = cfg.train.budget == "total_tokens" && budget_spent(0);
+  for (std::size_t i = 0; i < island_done.size(); ++i)
+    if (!island_done[i].load() && !(tokens_spent && !island_live[i].load())) return false;
+  return true;
+}
+
 Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
     : cfg(std::move(c)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
@@ -123,6 +146,7 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
       initial(layout_model->layout().size()), dir(cfg.train.islands, cfg.islands.max_chips()),
       island_steps(static_cast<std::size_t>(cfg.train.islands)),
       incarnations(static_cast<std::size_t>(cfg.train.islands)), fault_fired(cfg.faults.size()),
+      island_done(static_cast<std::size_t>(cfg.train.islands)), island_live(static_cast<std::size_t>(cfg.train.islands)),
       schedule(make_schedule(cfg)), island_repair(static_cast<std::size_t>(cfg.train.islands)),
       chip_repair(static_cast<std::size_t>(cfg.train.islands)),
       straggle_until(static_cast<std::size_t>(cfg.train.islands)),
@@ -132,6 +156,8 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
   for (auto& s : island_steps) s = 0;
   for (auto& n : incarnations) n = 0;
   for (auto& f : fault_fired) f = false;
+  for (auto& d : island_done) d = false;
+  for (auto& l : island_live) l = false;
   for (auto& r : island_repair) r = 0.0;
   for (auto& v : chip_repair) {
     v = std::vector<std::atomic<double>>(static_cast<std::size_t>(cfg.islands.max_chips()));

@@ -196,6 +196,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     auto& st = self->state;
     for (auto it = st.islands.begin(); it != st.islands.end(); ++it)
       if (it->second.address() == m.source) {
+        if (st.core) st.core->finish(it->first, false, detail::now_s(self));
         st.islands.erase(it);
         break;
       }
@@ -213,6 +214,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (!who) return;
         st.islands[id] = who;
         self->monitor(who);
+        st.core->finish(id, false, detail::now_s(self));  // training again until it says otherwise
         st.core->set_live_islands(static_cast<int>(st.islands.size()));
         auto reply = detail::to_wire(encode_message(st.ddp ? st.ddp->join_reply() : st.core->join_reply()));
         rt->counters.bytes_sent += reply.bytes.size();
@@ -224,8 +226,18 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         auto& st = self->state;
         auto msg = decode_message(detail::bytes_of(w));
         if (!msg || !std::holds_alternative<ProgressMessage>(*msg)) return;
-        const int id = std::get<ProgressMessage>(*msg).island;
+        const auto& pm = std::get<ProgressMessage>(*msg);
+        const int id = pm.island;
         const double now = detail::now_s(self);
+        if (pm.finished) {
+          // The island trained its budget and sent its last contributions: rounds stop
+          // waiting for it, so those commit even below the quorum.
+          if (st.core && !st.ddp) {
+            st.core->finish(id, true, now);
+            syncer_after_receive(self, *rt);
+          }
+          return;
+        }
         if (auto it = st.last_progress.find(id); it != st.last_progress.end() && now > it->second)
           st.t_step = st.t_step == 0.0 ? now - it->second : 0.9 * st.t_step + 0.1 * (now - it->second);
         st.last_progress[id] = now;

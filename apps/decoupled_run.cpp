@@ -233,8 +233,8 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
             << "\n";
   };
   // The main thread only watches: it evaluates the global parameters when a global round lands.
-  auto done = [&] { return rt->counters.islands_done.load() >= cfg.train.islands; };
-  Clock::time_point finished{};
+  auto done = [&] { return rt->all_done(); };
+  Clock::time_point finished{}, trained{};
   double finished_at = 0.0;
   for (;;) {
     std::deque<std::pair<std::uint64_t, std::vector<float>>> rounds;
@@ -250,7 +250,20 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
       spdlog::error("the supervision tree stopped: {}", tree_reason->empty() ? "normal" : *tree_reason);
       return 1;
     }
-    if (done()) {
+    if (!done() && rt->trained()) {
+      // The final sync: the islands' last contributions are on their way to a merge.
+      if (trained == Clock::time_point{}) trained = Clock::now();
+      if (Clock::now() - trained > std::chrono::duration<double>(cfg.train.final_sync_s)) {
+        int waiting = 0;
+        for (const auto& d : rt->island_done) waiting += d.load() ? 0 : 1;
+        spdlog::warn("final sync: the last contributions of {} island(s) not merged after {} s (train.final_sync_s); "
+                     "ending without them",
+                     waiting, cfg.train.final_sync_s);
+        finished = Clock::now() - std::chrono::seconds(1);
+        finished_at = actor_now();
+      }
+    }
+    if (done() || finished != Clock::time_point{}) {
       if (finished == Clock::time_point{}) {
         finished = Clock::now();
         finished_at = actor_now();  // chips are provisioned until the last island is done

@@ -52,6 +52,7 @@ struct Progress {
   island @0 :Int32;
   localStep @1 :UInt64;
   fragments @2 :List(FragmentCounters);
+  finished @3 :Bool;         # trained its budget and flushed: sends no more outer gradients
 }
 
 # A (re)started island asks for the current global fragments (heal).

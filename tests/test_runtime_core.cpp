@@ -243,6 +243,57 @@ BOOST_AUTO_TEST_CASE(partial_merges_add_up_to_one_outer_step_per_period) {
   BOOST_TEST(s.params()[0] == -2.0f);
 }
 
+BOOST_AUTO_TEST_CASE(finished_islands_leave_the_quorum_so_the_last_contributions_commit) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(3, 2);
+  cfg.merge.partial_scale = true;
+  SyncerCore s(t.plan, init, cfg);
+  s.set_live_islands(3);
+  // Island 1 sent its last contribution and finished: with islands 0 and 2 still training the
+  // round still wants K = 2.
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 3.0f), 0.0));
+  s.finish(1, true, 0.0);
+  BOOST_TEST(s.poll(0.0).empty());
+  // Island 2 finishes with nothing pending: island 1's contribution and island 0 are all the
+  // round can still get, so K = 2 is still reachable and it waits.
+  s.finish(2, true, 1.0);
+  BOOST_TEST(s.poll(1.0).empty());
+  // Island 0 finishes too: nobody else will send, the lone contribution commits below K, and
+  // it moves the parameters by its share of the three islands (1/3), not a full step.
+  s.finish(0, true, 2.0);
+  const auto c = s.poll(2.0);
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].merged == 1);
+  BOOST_TEST(s.params()[0] == -1.0f, boost::test_tools::tolerance(1e-6f));
+  // A re-joining island is training again: K = 2 holds once more.
+  s.finish(0, false, 3.0);
+  s.finish(2, false, 3.0);
+  BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f), 3.0));
+  BOOST_TEST(s.poll(3.0).empty());
+}
+
+BOOST_AUTO_TEST_CASE(settle_applies_queued_adoptions_at_once) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  IslandSettings is;
+  is.schedule = SyncSchedule{4, 1};
+  is.tau = 2;
+  AdamWConfig inner;
+  IslandCore island(t.layout, t.plan, is, inner, init);
+  BOOST_REQUIRE(island.outer_gradient_frame(0));
+  BOOST_TEST(island.awaiting(0));
+  const std::vector<float> merged(4, 0.5f);
+  BOOST_TEST(island.adopt(0, 1, merged));   // queued until step 0 + τ = 2
+  BOOST_TEST(island.pending_adoptions() == 1u);
+  BOOST_TEST(island.base_round(0) == 0u);
+  BOOST_TEST(!island.awaiting(0));
+  island.settle();                          // no step will come: apply it now
+  BOOST_TEST(island.pending_adoptions() == 0u);
+  BOOST_TEST(island.base_round(0) == 1u);
+  BOOST_TEST(island.global(0)[0] == 0.5f);
+}
+
 BOOST_AUTO_TEST_CASE(contribution_repeating_merged_progress_is_not_applied_twice) {
   Tiny t;
   std::vector<float> init(4, 0.0f);

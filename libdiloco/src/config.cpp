@@ -66,6 +66,9 @@ std::vector<Field> fields(RunConfig& c) {
       {"train", "budget", &c.train.budget,
        "actors: \"island_steps\" (each island trains `steps`) or \"total_tokens\" (the islands together train "
        "islands x steps x batch x seq_len tokens; faster islands do more steps)"},
+      {"train", "final_sync_s", &c.train.final_sync_s,
+       "decoupled on actors: at the end each island sends its unsent progress; seconds the run waits for those "
+       "contributions to merge (0: no final sync)"},
 
       {"inner", "lr", &c.inner.lr, "AdamW peak learning rate"},
       {"inner", "beta1", &c.inner.beta1, "AdamW β1"},
@@ -379,6 +382,7 @@ std::vector<std::string> validate(const RunConfig& c) {
     e.push_back("train.budget: must be \"island_steps\" or \"total_tokens\" (got \"" + t.budget + "\")");
   else if (t.budget == "total_tokens" && t.mode != "decoupled")
     e.push_back("train.budget: \"total_tokens\" is for mode \"decoupled\" (the synchronous modes step together)");
+  if (!(t.final_sync_s >= 0.0) || !std::isfinite(t.final_sync_s)) e.push_back("train.final_sync_s: must be a finite number ≥ 0");
   if (t.batch < 1) e.push_back("train.batch: must be ≥ 1 (got " + std::to_string(t.batch) + ")");
   if (t.H < 1) e.push_back("train.H: must be ≥ 1 (got " + std::to_string(t.H) + ")");
   if (t.eval_batches < 1) e.push_back("train.eval_batches: must be ≥ 1");

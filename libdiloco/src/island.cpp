@@ -172,6 +172,11 @@ Expected<bool> IslandCore::adopt_frame(std::span<const std::byte> frame) {
   return adopt(p, h.base_round, values);
 }
 
+void IslandCore::settle() {
+  for (auto& q : queue_) q.apply_at = std::min(q.apply_at, step_);
+  apply_ready();
+}
+
 void IslandCore::apply_ready() {
   for (auto it = queue_.begin(); it != queue_.end();) {
     if (it->apply_at > step_) {

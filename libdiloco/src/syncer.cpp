@@ -29,6 +29,7 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   merged_base_.assign(P, std::vector<std::uint64_t>(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0));
   state_.resize(P);
   for (auto& s : state_) s.live_islands = settings_.islands;
+  finished_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), false);
   if (lossy()) {
     for (int p = 0; p < plan.count(); ++p) {
       held_.emplace_back(plan.size(p));
@@ -71,8 +72,35 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
   }
   auto& st = state_[h.index];
   st.arrivals = static_cast<int>(list.size());
-  if (!st.quorum_at && st.arrivals >= settings_.quorum.min_islands) st.quorum_at = now;
+  QuorumConfig q;
+  effective(static_cast<int>(h.index), q);
+  if (!st.quorum_at && st.arrivals >= q.min_islands) st.quorum_at = now;
   return h;
+}
+
+RoundState SyncerCore::effective(int p, QuorumConfig& q) const {
+  const auto i = static_cast<std::size_t>(p);
+  q = settings_.quorum;
+  RoundState s = state_[i];
+  if (finished_count_ == 0) return s;
+  int finished_pending = 0;
+  for (const auto& x : pending_[i])
+    if (finished_[static_cast<std::size_t>(x.header.island)]) ++finished_pending;
+  s.live_islands = std::max(0, s.live_islands - finished_count_) + finished_pending;
+  q.min_islands = std::max(1, std::min(q.min_islands, s.live_islands));
+  return s;
+}
+
+void SyncerCore::finish(int island, bool finished, double now) {
+  if (island < 0 || island >= settings_.islands || finished_[static_cast<std::size_t>(island)] == finished) return;
+  finished_[static_cast<std::size_t>(island)] = finished;
+  finished_count_ += finished ? 1 : -1;
+  for (int p = 0; p < plan_->count(); ++p) {
+    QuorumConfig q;
+    effective(p, q);
+    auto& st = state_[static_cast<std::size_t>(p)];
+    if (!st.quorum_at && st.arrivals > 0 && st.arrivals >= q.min_islands) st.quorum_at = now;
+  }
 }
 
 void SyncerCore::open_round(int p, double now) {
@@ -101,6 +129,8 @@ Commit SyncerCore::commit(int p, double now) {
       c.tokens += x.header.tokens;
       merged_base_[i][static_cast<std::size_t>(x.header.island)] = x.header.base_round + 1;
     }
+  // n of L: L counts finished islands too (their share of the period is in, or lost), so a
+  // last island training alone moves the global parameters by its share, not by a full step.
   const int live = state_[i].live_islands;
   if (settings_.merge.partial_scale && live > 0 && ms.merged > 0 && ms.merged < live) {
     const double share = static_cast<double>(ms.merged) / static_cast<double>(live);
@@ -125,17 +155,22 @@ Commit SyncerCore::commit(int p, double now) {
 std::vector<Commit> SyncerCore::poll(double now) {
   std::vector<Commit> out;
   for (int p = 0; p < plan_->count(); ++p) {
-    const auto& st = state_[static_cast<std::size_t>(p)];
+    QuorumConfig q;
+    const auto st = effective(p, q);
     // A round never commits below quorum: decide() refuses, and this guard makes it explicit.
-    if (st.arrivals < settings_.quorum.min_islands) continue;
-    if (decide(settings_.quorum, st, now).merge) out.push_back(commit(p, now));
+    if (st.arrivals < q.min_islands) continue;
+    if (decide(q, st, now).merge) out.push_back(commit(p, now));
   }
   return out;
 }
 
 double SyncerCore::next_deadline(double now) const {
   double t = std::numeric_limits<double>::infinity();
-  for (const auto& st : state_) t = std::min(t, decide(settings_.quorum, st, now).recheck_at);
+  for (int p = 0; p < plan_->count(); ++p) {
+    QuorumConfig q;
+    const auto st = effective(p, q);
+    t = std::min(t, decide(q, st, now).recheck_at);
+  }
   return t;
 }
 

@@ -30,6 +30,10 @@ struct TrainConfig {
   std::string budget = "island_steps";  // when the run ends: every island trained `steps`, or
                                         // "total_tokens": all islands together trained what
                                         // islands x steps would (faster islands do more steps)
+  double final_sync_s = 30.0;    // decoupled on actors: at the end every island sends the progress
+                                 // it has not sent yet and the run waits up to this long for
+                                 // those last contributions to merge (0: end at once, unsent
+                                 // progress is not merged)
 };
 
 /// Streaming DiLoCo fragments (arXiv 2501.18512).

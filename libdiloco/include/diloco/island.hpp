@@ -93,6 +93,13 @@ public:
   /// keeps its parameters and only re-bases (Θ_p and base round), so its progress is resent.
   void heal(const JoinReply& reply, bool keep_local);
 
+  /// Applies every queued adoption now, whatever its τ: an island that trained its budget takes
+  /// no further step to wait for, and its last outer gradients must be relative to the newest
+  /// rounds it holds (the syncer refuses progress it already merged).
+  void settle();
+  /// A contribution of fragment p was sent and no newer round has arrived since.
+  bool awaiting(int p) const { return awaiting_[static_cast<std::size_t>(p)]; }
+
   /// Synchronous modes (DiLoCo / Streaming DiLoCo as in the reference loops): true while the
   /// next step may not start because a fragment sent at step s has no newer global round yet
   /// and s + τ ≤ the current step (the reference adopts it at the end of step s + τ).

@@ -76,6 +76,12 @@ public:
 
   /// Islands currently alive (the grace rule stops waiting once every live island is in).
   void set_live_islands(int n);
+  /// Island `island` trained its budget and sent all it has (`finished` progress, at `now`): no
+  /// round waits for it any more. Per fragment the round then expects the live islands still
+  /// training plus the finished ones with a pending contribution, and its quorum is
+  /// min(K, that number), so the last contributions of a run commit even below K. A finished
+  /// island that dies or re-joins is training again until it says otherwise (`false`).
+  void finish(int island, bool finished, double now);
   /// Estimates for the adaptive grace window: islands' inner step time and merge + broadcast time.
   void set_timing(double t_step, double t_sync);
 
@@ -115,6 +121,9 @@ private:
     double at = 0.0;
   };
   Commit commit(int p, double now);
+  /// The round state and quorum fragment p is decided by: as stored, or shrunk for islands
+  /// that finished (finish()).
+  RoundState effective(int p, QuorumConfig& q) const;
   void open_round(int p, double now);
   bool lossy() const { return settings_.broadcast.encoding != Encoding::fp32; }
   void encode_delta(int p, std::span<const float> theta);
@@ -127,6 +136,8 @@ private:
   std::vector<std::vector<Pending>> pending_;
   std::vector<std::vector<std::uint64_t>> merged_base_;  // [p][island]: 1 + base round last merged (0: none)
   std::vector<RoundState> state_;
+  std::vector<bool> finished_;   // [island]: finished training (finish())
+  int finished_count_ = 0;
   FragmentInbox inbox_;
   mutable SyncerStats stats_;
   std::uint64_t dropped_in_merge_ = 0;

@@ -55,6 +55,9 @@ struct ProgressMessage {
   int island = 0;
   std::uint64_t local_step = 0;
   std::vector<FragmentCounters> fragments;
+  /// The island trained its budget and sent all its progress: the syncer stops counting on
+  /// further contributions from it (its quorum shrinks; SyncerCore::finish).
+  bool finished = false;
 };
 
 /// A (re)started island asking for the current global fragments (heal).

@@ -90,6 +90,18 @@ struct Runtime {
   std::vector<std::atomic<int>> incarnations;    // starts per island
   std::vector<std::atomic<bool>> fault_fired;    // per cfg.faults entry
   std::atomic<int> syncer_starts{0};
+  /// The end of the run. An island is done when it trained its budget and, with the final sync
+  /// (decoupled), its last contributions were merged; live: joined and not dead.
+  std::vector<std::atomic<bool>> island_done, island_live;
+  /// train.budget is spent for an island at local step `step` ("total_tokens": for all).
+  bool budget_spent(long step) const;
+  /// Every island trained its budget (or the tokens budget is spent).
+  bool trained() const;
+  /// Every island is done, or the tokens budget is spent and those not done are down (nothing is
+  /// left for them to do).
+  bool all_done() const;
+  /// Decoupled islands send their unsent progress at the end (train.final_sync_s > 0).
+  bool final_sync() const { return cfg.train.mode == "decoupled" && cfg.train.final_sync_s > 0.0; }
 
   /// The fault schedule: [chaos] events and the time-triggered [[faults]] (at_s), by time.
   std::vector<ChaosEvent> schedule;
