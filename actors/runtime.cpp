@@ -147,6 +147,7 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
       island_steps(static_cast<std::size_t>(cfg.train.islands)),
       incarnations(static_cast<std::size_t>(cfg.train.islands)), fault_fired(cfg.faults.size()),
       island_done(static_cast<std::size_t>(cfg.train.islands)), island_live(static_cast<std::size_t>(cfg.train.islands)),
+      island_finished(static_cast<std::size_t>(cfg.train.islands)),
       schedule(make_schedule(cfg)), island_repair(static_cast<std::size_t>(cfg.train.islands)),
       chip_repair(static_cast<std::size_t>(cfg.train.islands)),
       straggle_until(static_cast<std::size_t>(cfg.train.islands)),
@@ -158,6 +159,7 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
   for (auto& f : fault_fired) f = false;
   for (auto& d : island_done) d = false;
   for (auto& l : island_live) l = false;
+  for (auto& f : island_finished) f = false;
   for (auto& r : island_repair) r = 0.0;
   for (auto& v : chip_repair) {
     v = std::vector<std::atomic<double>>(static_cast<std::size_t>(cfg.islands.max_chips()));

@@ -54,6 +54,16 @@ void publish_global(Runtime& rt, std::span<const float> params, std::uint64_t ro
   rt.global_round = std::max(rt.global_round, round);
 }
 
+/// The islands of the run as the syncer core counts them: the registered ones and those that
+/// finished (a finished island stays finished when it goes away, until it joins again): a merge's
+/// share n/L counts them, and a finished one no longer holds up a round (SyncerCore::finish).
+int members(const SyncerState& st, const Runtime& rt) {
+  int n = 0;
+  for (int i = 0; i < rt.cfg.train.islands; ++i)
+    n += st.islands.count(i) || rt.island_finished[static_cast<std::size_t>(i)].load() ? 1 : 0;
+  return n;
+}
+
 /// Sends a global frame to every registered island over its link; returns the longest delay.
 double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Expected<Frame>& frame) {
   double t_link = 0.0;
@@ -192,15 +202,16 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
               detail::now_s(self)});
   }
   st.core->set_live_islands(0);
+  // Islands tell each syncer anew that they finished (they re-join it first).
+  for (auto& f : rt->island_finished) f = false;
   self->set_down_handler([self, rt](caf::down_msg& m) {
     auto& st = self->state;
     for (auto it = st.islands.begin(); it != st.islands.end(); ++it)
       if (it->second.address() == m.source) {
-        if (st.core) st.core->finish(it->first, false, detail::now_s(self));
         st.islands.erase(it);
         break;
       }
-    st.core->set_live_islands(static_cast<int>(st.islands.size()));
+    st.core->set_live_islands(members(st, *rt));
     syncer_after_receive(self, *rt);  // the living may now be a full house
   });
   return {
@@ -215,7 +226,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         st.islands[id] = who;
         self->monitor(who);
         st.core->finish(id, false, detail::now_s(self));  // training again until it says otherwise
-        st.core->set_live_islands(static_cast<int>(st.islands.size()));
+        rt->island_finished[static_cast<std::size_t>(id)] = false;
+        st.core->set_live_islands(members(st, *rt));
         auto reply = detail::to_wire(encode_message(st.ddp ? st.ddp->join_reply() : st.core->join_reply()));
         rt->counters.bytes_sent += reply.bytes.size();
         rt->emit({RuntimeEvent::join, id, -1, 0, st.ddp ? st.ddp->step() : st.core->global_round(), -1, 0, {}, {},
@@ -232,7 +244,9 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (pm.finished) {
           // The island trained its budget and sent its last contributions: rounds stop
           // waiting for it, so those commit even below the quorum.
-          if (st.core && !st.ddp) {
+          if (st.core && !st.ddp && id >= 0 && id < rt->cfg.train.islands) {
+            rt->island_finished[static_cast<std::size_t>(id)] = true;
+            st.core->set_live_islands(members(st, *rt));
             st.core->finish(id, true, now);
             syncer_after_receive(self, *rt);
           }

@@ -84,6 +84,10 @@ void refuse_mode(const diloco::RunConfig& cfg) {
   if (cfg.train.mode == "ddp")
     throw diloco::ConfigError({"train.mode: \"ddp\" runs in one process; the syncer and sites need \"decoupled\", "
                                "\"diloco\" or \"streaming\""});
+  // Each process counts the tokens of its own islands only.
+  if (cfg.train.budget == "total_tokens")
+    throw diloco::ConfigError({"train.budget: \"total_tokens\" runs in one process; the syncer and sites need "
+                               "\"island_steps\""});
 }
 
 std::optional<diloco::actors::TlsFiles> tls_of(const NetFlags& f, const diloco::RunConfig& cfg, const std::string& who) {
@@ -184,14 +188,23 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
 
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
-  auto all_done = [&] {
+  auto trained = [&] {
     for (int i = 0; i < cfg.train.islands; ++i)
       if (rt->island_steps[static_cast<std::size_t>(i)].load() < cfg.train.steps) return false;
     return true;
   };
+  // With the final sync the run is over when every island said it finished (its last
+  // contributions are in and commit at once); the syncer waits for that at most
+  // train.final_sync_s after the last island's last step.
+  auto all_done = [&] {
+    if (!rt->final_sync()) return trained();
+    for (const auto& f : rt->island_finished)
+      if (!f.load()) return false;
+    return true;
+  };
   std::uint64_t last_round = 0;
   double last_eval = initial_eval;
-  Clock::time_point finished{};
+  Clock::time_point finished{}, trained_at{};
   const auto start = Clock::now();
   for (;;) {
     std::deque<Commit> cs;
@@ -222,10 +235,16 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
       spdlog::error("the syncer's supervision tree stopped");
       return 1;
     }
-    if (all_done()) {
-      if (finished == Clock::time_point{}) finished = Clock::now();
-      if (Clock::now() - finished > std::chrono::milliseconds(500)) break;
+    if (finished == Clock::time_point{} && trained()) {
+      if (trained_at == Clock::time_point{}) trained_at = Clock::now();
+      if (!all_done() && Clock::now() - trained_at > std::chrono::duration<double>(cfg.train.final_sync_s)) {
+        spdlog::warn("final sync: not every island finished {} s after the last step (train.final_sync_s); ending",
+                     cfg.train.final_sync_s);
+        finished = Clock::now();
+      }
     }
+    if (all_done() && finished == Clock::time_point{}) finished = Clock::now();
+    if (finished != Clock::time_point{} && Clock::now() - finished > std::chrono::milliseconds(500)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
@@ -333,10 +352,21 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   auto root = spawn_runtime(sys, rt, {}, only_mine);
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
+  Clock::time_point trained_at{};
   while (rt->counters.islands_done.load() < static_cast<int>(mine.size())) {
     if (tree_failed->load()) {
       spdlog::error("site {}: the supervision tree stopped", f.site);
       return 1;
+    }
+    // The final sync waits for the merges of the islands' last contributions, at most
+    // train.final_sync_s after their last steps.
+    bool all_trained = true;
+    for (int i : mine) all_trained = all_trained && rt->budget_spent(rt->island_steps[static_cast<std::size_t>(i)].load());
+    if (all_trained && trained_at == Clock::time_point{}) trained_at = Clock::now();
+    if (all_trained && Clock::now() - trained_at > std::chrono::duration<double>(cfg.train.final_sync_s)) {
+      spdlog::warn("site {}: final sync: the last merges did not come back within {} s (train.final_sync_s); ending",
+                   f.site, cfg.train.final_sync_s);
+      break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

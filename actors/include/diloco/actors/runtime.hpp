@@ -93,6 +93,9 @@ struct Runtime {
   /// The end of the run. An island is done when it trained its budget and, with the final sync
   /// (decoupled), its last contributions were merged; live: joined and not dead.
   std::vector<std::atomic<bool>> island_done, island_live;
+  /// The syncer heard the island's Progress.finished (and it has not re-joined since): in a
+  /// syncer-only process, what tells the run is over.
+  std::vector<std::atomic<bool>> island_finished;
   /// train.budget is spent for an island at local step `step` ("total_tokens": for all).
   bool budget_spent(long step) const;
   /// Every island trained its budget (or the tokens budget is spent).
