@@ -273,6 +273,30 @@ BOOST_AUTO_TEST_CASE(finished_islands_leave_the_quorum_so_the_last_contributions
   BOOST_TEST(s.poll(3.0).empty());
 }
 
+BOOST_AUTO_TEST_CASE(last_contributions_of_finished_islands_do_not_coast_on_the_momentum) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(2, 2);
+  cfg.outer.kind = "nesterov";
+  cfg.outer.lr = 0.5f;
+  cfg.outer.momentum = 0.9f;
+  SyncerCore s(t.plan, init, cfg);
+  s.set_live_islands(2);
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  BOOST_TEST(s.params()[0] == -0.95f, boost::test_tools::tolerance(1e-6f));  // m = 1; θ −= 0.5·(1 + 0.9·1)
+  // Both islands send their last progress and finish: that merge is the rest of a period,
+  // applied as θ −= lr·Δ (a Nesterov step would coast on m once more: −1.545).
+  BOOST_REQUIRE(s.receive(delta_frame(0, 1, 0.2f), 1.0));
+  s.finish(0, true, 1.0);
+  BOOST_TEST(s.poll(1.0).empty());  // island 1 is still training
+  BOOST_REQUIRE(s.receive(delta_frame(1, 1, 0.2f), 1.1));
+  s.finish(1, true, 1.1);
+  BOOST_REQUIRE_EQUAL(s.poll(1.1).size(), 1u);
+  BOOST_TEST(s.params()[0] == -1.05f, boost::test_tools::tolerance(1e-6f));
+}
+
 BOOST_AUTO_TEST_CASE(settle_applies_queued_adoptions_at_once) {
   Tiny t;
   std::vector<float> init(4, 0.0f);

@@ -118,6 +118,12 @@ void OuterOptimizer::step(std::span<float> theta, std::span<const double> d) {
   }
 }
 
+void OuterOptimizer::flush(std::span<float> theta, std::span<const double> d) {
+  if (theta.size() != m_.size() || d.size() != m_.size())
+    throw std::invalid_argument("OuterOptimizer::flush: size mismatch");
+  for (std::size_t i = 0; i < theta.size(); ++i) theta[i] = static_cast<float>(theta[i] - cfg_.lr * d[i]);
+}
+
 void OuterOptimizer::restore(long t, std::span<const float> momentum, std::span<const double> pending_sum,
                              int pending_count) {
   if (momentum.size() != m_.size()) throw std::invalid_argument("OuterOptimizer::restore: momentum size mismatch");

@@ -138,7 +138,11 @@ Commit SyncerCore::commit(int p, double now) {
   }
   theta_.resize(n);
   plan_->gather<float>(p, params_, theta_);
-  outer_[i].step(theta_, merged_);
+  // Only finished islands' last contributions: the rest of a period, not a new outer step.
+  bool last = finished_count_ > 0 && !pending_[i].empty();
+  for (const auto& x : pending_[i]) last = last && finished_[static_cast<std::size_t>(x.header.island)];
+  if (last) outer_[i].flush(theta_, merged_);
+  else outer_[i].step(theta_, merged_);
   plan_->scatter(p, theta_, params_);
   c.round = ++rounds_[i];
   inbox_.set_round(static_cast<std::uint32_t>(p), rounds_[i]);

@@ -76,6 +76,10 @@ public:
   OuterOptimizer(std::size_t size, OuterConfig cfg);
   /// Applies one merged outer gradient to `theta` (size fixed at construction).
   void step(std::span<float> theta, std::span<const double> delta);
+  /// The leftover progress at the end of a run (the islands' last contributions, a part of a
+  /// period): θ ← θ − lr·Δ, momentum untouched. A full step would also coast on the momentum
+  /// once more, as if a whole period had passed.
+  void flush(std::span<float> theta, std::span<const double> delta);
   std::span<const float> momentum() const { return m_; }
   std::span<float> momentum() { return m_; }
   const OuterConfig& config() const { return cfg_; }
