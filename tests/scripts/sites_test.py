@@ -205,7 +205,10 @@ print(f"{now():7.2f}s syncer resumed from round {restored} (was {last_round}); e
 for n, p in sites.items():
     if p.p.wait(150) != 0:
         fail(f"{n} exited {p.p.returncode}")
-done = syncer.wait_for(r"done: syncer, (\d+) global rounds, final eval loss ([0-9.]+)", 60)
+# Every island told the syncer it finished: the syncer ends at once, not after train.final_sync_s.
+done = syncer.wait_for(r"done: syncer, (\d+) global rounds, final eval loss ([0-9.]+)", 10)
+if syncer.matches(r"final sync: not every island finished"):
+    fail("the syncer waited out train.final_sync_s instead of ending when every island finished")
 final = float(done.group(2))
 after = commits(syncer, 0.0)
 for i in range(3):
