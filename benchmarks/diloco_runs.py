@@ -44,6 +44,7 @@ def pretrain(diloco, config, steps, out, sets=()):
     """The shared start: `steps` of ddp on the reference loop (no WAN, no faults), saved for
     `--init`; not part of any figure. Returns the checkpoint's path and the run's summary."""
     path = os.path.join(out, "pretrained.safetensors")
-    r = run(diloco, config, ['train.mode="ddp"', f"train.steps={steps}", f"inner.decay_steps={steps}", *sets],
+    r = run(diloco, config, ['train.mode="ddp"', 'train.budget="island_steps"', f"train.steps={steps}",
+                             f"inner.decay_steps={steps}", *sets],
             os.path.join(out, "pretrain.jsonl"), save=path)
     return path, r["summary"]
