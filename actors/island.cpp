@@ -29,6 +29,7 @@ struct IslandState {
   bool stepping = false; // a step is in flight
   bool finished = false; // trained its budget (with the final sync: winding down)
   bool left = false;     // told the current syncer it finished
+  bool resend = false;   // finished, then re-joined a (restarted) syncer: send every fragment
   caf::actor syncer;
   bool join_inflight = false;                // a join request or retry is under way
   caf::actor_addr dead_syncer;               // the syncer we saw die (the directory may still hold it)
@@ -124,14 +125,17 @@ void island_wind_down(caf::event_based_actor* self, Runtime& rt, IslandState& st
   st.finished = true;
   const long step = st.core->step();
   if (!rt.final_sync()) return island_mark_done(self, rt, i, step);
-  if (!st.syncer) return;  // on re-join (welcome)
+  if (!st.syncer) return island_try_join(self, rt, st, i);  // goes on in welcome
   st.core->settle();
   bool unsent = false, awaiting = false;
   for (int p = 0; p < rt.P(); ++p) {
-    if (st.core->steps_since(p) == 0) continue;
+    // After a re-join the restarted syncer may have lost (or restored from before) what this
+    // island sent: its δ against the new base carries all of it, so every fragment goes again.
+    if (st.core->steps_since(p) == 0 && !st.resend) continue;
     if (st.core->awaiting(p)) unsent = true;
     else island_send_fragment(self, rt, st, i, p);
   }
+  if (!unsent) st.resend = false;
   for (int p = 0; p < rt.P(); ++p) awaiting = awaiting || st.core->awaiting(p);
   if (!unsent && !st.left) {
     auto pm = st.core->progress();
@@ -292,9 +296,10 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
   st.incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
   // Alive = joined: an island under repair or still healing is not part of the run yet.
   st.live = std::make_shared<bool>(false);
-  self->attach_functor([rt, i, live = st.live, sys = &self->home_system()](const caf::error&) {
+  self->attach_functor([rt, i, live = st.live, inc = st.incarnation, sys = &self->home_system()](const caf::error&) {
     const double t = detail::now_s(sys->clock()) - rt->t0.load();
-    rt->island_live[static_cast<std::size_t>(i)] = false;
+    int mine = inc;
+    rt->island_live[static_cast<std::size_t>(i)].compare_exchange_strong(mine, 0);
     const int n = *live ? --rt->counters.live_islands : rt->counters.live_islands.load();
     rt->account([&](GoodputMeter& g) {
       g.island_lost(i);
@@ -343,7 +348,8 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
         }
         st.joined = true;
         st.left = false;  // the syncer counts on a joining island until it says it finished
-        rt->island_live[static_cast<std::size_t>(i)] = true;
+        rt->island_live[static_cast<std::size_t>(i)] = st.incarnation;
+        if (rejoin && st.finished) st.resend = true;  // the new syncer may lack what was sent
         if (!*st.live) {
           *st.live = true;
           const int n = ++rt->counters.live_islands;

@@ -135,7 +135,7 @@ bool Runtime::trained() const {
 bool Runtime::all_done() const {
   const bool tokens_spent = cfg.train.budget == "total_tokens" && budget_spent(0);
   for (std::size_t i = 0; i < island_done.size(); ++i)
-    if (!island_done[i].load() && !(tokens_spent && !island_live[i].load())) return false;
+    if (!island_done[i].load() && !(tokens_spent && island_live[i].load() == 0)) return false;
   return true;
 }
 
@@ -158,7 +158,7 @@ Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
   for (auto& n : incarnations) n = 0;
   for (auto& f : fault_fired) f = false;
   for (auto& d : island_done) d = false;
-  for (auto& l : island_live) l = false;
+  for (auto& l : island_live) l = 0;
   for (auto& f : island_finished) f = false;
   for (auto& r : island_repair) r = 0.0;
   for (auto& v : chip_repair) {

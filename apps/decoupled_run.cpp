@@ -250,7 +250,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
       spdlog::error("the supervision tree stopped: {}", tree_reason->empty() ? "normal" : *tree_reason);
       return 1;
     }
-    if (!done() && rt->trained()) {
+    if (!done() && rt->final_sync() && rt->trained()) {
       // The final sync: the islands' last contributions are on their way to a merge.
       if (trained == Clock::time_point{}) trained = Clock::now();
       if (Clock::now() - trained > std::chrono::duration<double>(cfg.train.final_sync_s)) {

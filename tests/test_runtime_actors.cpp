@@ -558,6 +558,26 @@ BOOST_AUTO_TEST_CASE(final_sync_merges_the_progress_left_at_the_end) {
   BOOST_TEST(merged[30.0] >= merged[0.0] + 3);
 }
 
+// The syncer dies one step before the end and is under repair while the islands finish: they
+// wind down without a syncer, keep asking to join, and send their last progress to its successor.
+BOOST_AUTO_TEST_CASE(islands_that_finish_while_the_syncer_is_down_sync_with_its_successor) {
+  auto c = small_config(2, 1, 2);
+  c.train.steps = 19;
+  auto f = step_fault("syncer", 0, 0, 18);
+  f.duration_s = 1.0;
+  c.faults.push_back(f);
+  World w(c);
+  w.settle();
+  BOOST_TEST(w.rt->all_done());
+  BOOST_TEST(w.of(RuntimeEvent::fault).size() == 1u);
+  // Both islands re-joined the restarted syncer and their last progress was merged there.
+  const auto restored = w.index_of(RuntimeEvent::restore);
+  BOOST_REQUIRE(restored < w.events.size());
+  int commits_after = 0;
+  for (std::size_t j = restored; j < w.events.size(); ++j) commits_after += w.events[j].kind == RuntimeEvent::commit;
+  BOOST_TEST(commits_after >= 1);
+}
+
 BOOST_AUTO_TEST_CASE(islands_of_different_sizes_step_with_all_their_chips) {
   auto c = small_config(2, 1, 2);
   c.islands.counts = {1, 3};

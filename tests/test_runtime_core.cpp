@@ -273,6 +273,19 @@ BOOST_AUTO_TEST_CASE(finished_islands_leave_the_quorum_so_the_last_contributions
   BOOST_TEST(s.poll(3.0).empty());
 }
 
+BOOST_AUTO_TEST_CASE(round_commits_when_the_quorum_shrinks_under_its_arrivals) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(3, 2));
+  s.set_live_islands(3);
+  s.finish(2, true, 0.0);  // island 2 finished, nothing of it pending
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_TEST(s.poll(0.0).empty());  // islands 0 and 1 still train: K = 2
+  s.set_live_islands(2);            // island 1 died: island 0 is the only one left to send
+  BOOST_TEST(s.poll(0.5).size() == 1u);
+  BOOST_TEST(s.round(0) == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(last_contributions_of_finished_islands_do_not_coast_on_the_momentum) {
   Tiny t;
   std::vector<float> init(4, 0.0f);

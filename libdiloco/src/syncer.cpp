@@ -160,9 +160,11 @@ std::vector<Commit> SyncerCore::poll(double now) {
   std::vector<Commit> out;
   for (int p = 0; p < plan_->count(); ++p) {
     QuorumConfig q;
-    const auto st = effective(p, q);
+    auto st = effective(p, q);
     // A round never commits below quorum: decide() refuses, and this guard makes it explicit.
     if (st.arrivals < q.min_islands) continue;
+    // The quorum shrank under the arrivals (an island died or finished): it is reached now.
+    if (!st.quorum_at) st.quorum_at = state_[static_cast<std::size_t>(p)].quorum_at = now;
     if (decide(q, st, now).merge) out.push_back(commit(p, now));
   }
   return out;

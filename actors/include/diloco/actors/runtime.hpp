@@ -91,8 +91,11 @@ struct Runtime {
   std::vector<std::atomic<bool>> fault_fired;    // per cfg.faults entry
   std::atomic<int> syncer_starts{0};
   /// The end of the run. An island is done when it trained its budget and, with the final sync
-  /// (decoupled), its last contributions were merged; live: joined and not dead.
-  std::vector<std::atomic<bool>> island_done, island_live;
+  /// (decoupled), its last contributions were merged.
+  std::vector<std::atomic<bool>> island_done;
+  /// The incarnation of the island that is joined and not dead (0: none), so that a dead
+  /// incarnation's clean-up cannot undo its successor's join.
+  std::vector<std::atomic<int>> island_live;
   /// The syncer heard the island's Progress.finished (and it has not re-joined since): in a
   /// syncer-only process, what tells the run is over.
   std::vector<std::atomic<bool>> island_finished;
