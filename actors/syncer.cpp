@@ -64,6 +64,14 @@ int members(const SyncerState& st, const Runtime& rt) {
   return n;
 }
 
+/// Island `id` finished, or (on joining) trains again: the flag the app reads, the member count
+/// and the core's quorum, in that order (finished islands count among the members).
+void set_finished(SyncerState& st, Runtime& rt, int id, bool finished) {
+  rt.island_finished[static_cast<std::size_t>(id)] = finished;
+  st.core->set_live_islands(members(st, rt));
+  st.core->finish(id, finished);
+}
+
 /// Sends a global frame to every registered island over its link; returns the longest delay.
 double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Expected<Frame>& frame) {
   double t_link = 0.0;
@@ -225,9 +233,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (!who) return;
         st.islands[id] = who;
         self->monitor(who);
-        st.core->finish(id, false, detail::now_s(self));  // training again until it says otherwise
-        rt->island_finished[static_cast<std::size_t>(id)] = false;
-        st.core->set_live_islands(members(st, *rt));
+        set_finished(st, *rt, id, false);  // training again until it says otherwise
         auto reply = detail::to_wire(encode_message(st.ddp ? st.ddp->join_reply() : st.core->join_reply()));
         rt->counters.bytes_sent += reply.bytes.size();
         rt->emit({RuntimeEvent::join, id, -1, 0, st.ddp ? st.ddp->step() : st.core->global_round(), -1, 0, {}, {},
@@ -245,9 +251,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
           // The island trained its budget and sent its last contributions: rounds stop
           // waiting for it, so those commit even below the quorum.
           if (st.core && !st.ddp && id >= 0 && id < rt->cfg.train.islands) {
-            rt->island_finished[static_cast<std::size_t>(id)] = true;
-            st.core->set_live_islands(members(st, *rt));
-            st.core->finish(id, true, now);
+            set_finished(st, *rt, id, true);
             syncer_after_receive(self, *rt);
           }
           return;

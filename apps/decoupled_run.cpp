@@ -259,11 +259,11 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
         spdlog::warn("final sync: the last contributions of {} island(s) not merged after {} s (train.final_sync_s); "
                      "ending without them",
                      waiting, cfg.train.final_sync_s);
-        finished = Clock::now() - std::chrono::seconds(1);
         finished_at = actor_now();
+        break;
       }
     }
-    if (done() || finished != Clock::time_point{}) {
+    if (done()) {
       if (finished == Clock::time_point{}) {
         finished = Clock::now();
         finished_at = actor_now();  // chips are provisioned until the last island is done
@@ -276,7 +276,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   // Provisioned until the last island finished; merges of the last contributions (the moments
   // waited above) still count as useful.
-  const auto gp = rt->goodput_report(finished_at > 0.0 ? finished_at : actor_now());
+  const auto gp = rt->goodput_report(finished_at);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   std::vector<float> final_params;
   {

@@ -188,16 +188,11 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
 
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
-  auto trained = [&] {
-    for (int i = 0; i < cfg.train.islands; ++i)
-      if (rt->island_steps[static_cast<std::size_t>(i)].load() < cfg.train.steps) return false;
-    return true;
-  };
   // With the final sync the run is over when every island said it finished (its last
   // contributions are in and commit at once); the syncer waits for that at most
   // train.final_sync_s after the last island's last step.
   auto all_done = [&] {
-    if (!rt->final_sync()) return trained();
+    if (!rt->final_sync()) return rt->trained();
     for (const auto& f : rt->island_finished)
       if (!f.load()) return false;
     return true;
@@ -235,7 +230,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
       spdlog::error("the syncer's supervision tree stopped");
       return 1;
     }
-    if (finished == Clock::time_point{} && trained()) {
+    if (finished == Clock::time_point{} && rt->trained()) {
       if (trained_at == Clock::time_point{}) trained_at = Clock::now();
       if (!all_done() && Clock::now() - trained_at > std::chrono::duration<double>(cfg.train.final_sync_s)) {
         spdlog::warn("final sync: not every island finished {} s after the last step (train.final_sync_s); ending",

@@ -253,22 +253,22 @@ BOOST_AUTO_TEST_CASE(finished_islands_leave_the_quorum_so_the_last_contributions
   // Island 1 sent its last contribution and finished: with islands 0 and 2 still training the
   // round still wants K = 2.
   BOOST_REQUIRE(s.receive(delta_frame(1, 0, 3.0f), 0.0));
-  s.finish(1, true, 0.0);
+  s.finish(1, true);
   BOOST_TEST(s.poll(0.0).empty());
   // Island 2 finishes with nothing pending: island 1's contribution and island 0 are all the
   // round can still get, so K = 2 is still reachable and it waits.
-  s.finish(2, true, 1.0);
+  s.finish(2, true);
   BOOST_TEST(s.poll(1.0).empty());
   // Island 0 finishes too: nobody else will send, the lone contribution commits below K, and
   // it moves the parameters by its share of the three islands (1/3), not a full step.
-  s.finish(0, true, 2.0);
+  s.finish(0, true);
   const auto c = s.poll(2.0);
   BOOST_REQUIRE_EQUAL(c.size(), 1u);
   BOOST_TEST(c[0].merged == 1);
   BOOST_TEST(s.params()[0] == -1.0f, boost::test_tools::tolerance(1e-6f));
   // A re-joining island is training again: K = 2 holds once more.
-  s.finish(0, false, 3.0);
-  s.finish(2, false, 3.0);
+  s.finish(0, false);
+  s.finish(2, false);
   BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f), 3.0));
   BOOST_TEST(s.poll(3.0).empty());
 }
@@ -278,7 +278,7 @@ BOOST_AUTO_TEST_CASE(round_commits_when_the_quorum_shrinks_under_its_arrivals) {
   std::vector<float> init(4, 0.0f);
   SyncerCore s(t.plan, init, sgd_settings(3, 2));
   s.set_live_islands(3);
-  s.finish(2, true, 0.0);  // island 2 finished, nothing of it pending
+  s.finish(2, true);  // island 2 finished, nothing of it pending
   BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
   BOOST_TEST(s.poll(0.0).empty());  // islands 0 and 1 still train: K = 2
   s.set_live_islands(2);            // island 1 died: island 0 is the only one left to send
@@ -302,10 +302,10 @@ BOOST_AUTO_TEST_CASE(last_contributions_of_finished_islands_do_not_coast_on_the_
   // Both islands send their last progress and finish: that merge is the rest of a period,
   // applied as θ −= lr·Δ (a Nesterov step would coast on m once more: −1.545).
   BOOST_REQUIRE(s.receive(delta_frame(0, 1, 0.2f), 1.0));
-  s.finish(0, true, 1.0);
+  s.finish(0, true);
   BOOST_TEST(s.poll(1.0).empty());  // island 1 is still training
   BOOST_REQUIRE(s.receive(delta_frame(1, 1, 0.2f), 1.1));
-  s.finish(1, true, 1.1);
+  s.finish(1, true);
   BOOST_REQUIRE_EQUAL(s.poll(1.1).size(), 1u);
   BOOST_TEST(s.params()[0] == -1.05f, boost::test_tools::tolerance(1e-6f));
 }

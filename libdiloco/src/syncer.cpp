@@ -91,16 +91,10 @@ RoundState SyncerCore::effective(int p, QuorumConfig& q) const {
   return s;
 }
 
-void SyncerCore::finish(int island, bool finished, double now) {
+void SyncerCore::finish(int island, bool finished) {
   if (island < 0 || island >= settings_.islands || finished_[static_cast<std::size_t>(island)] == finished) return;
   finished_[static_cast<std::size_t>(island)] = finished;
   finished_count_ += finished ? 1 : -1;
-  for (int p = 0; p < plan_->count(); ++p) {
-    QuorumConfig q;
-    effective(p, q);
-    auto& st = state_[static_cast<std::size_t>(p)];
-    if (!st.quorum_at && st.arrivals > 0 && st.arrivals >= q.min_islands) st.quorum_at = now;
-  }
 }
 
 void SyncerCore::open_round(int p, double now) {

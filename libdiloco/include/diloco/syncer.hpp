@@ -76,13 +76,13 @@ public:
 
   /// Islands currently alive (the grace rule stops waiting once every live island is in).
   void set_live_islands(int n);
-  /// Island `island` trained its budget and sent all it has (`finished` progress, at `now`): no
-  /// round waits for it any more. Per fragment the round then expects the live islands still
-  /// training plus the finished ones with a pending contribution, and its quorum is
-  /// min(K, that number), so the last contributions of a run commit even below K. Finished
+  /// Island `island` trained its budget and sent all it has (`finished` progress): no round
+  /// waits for it any more. Per fragment the round then expects the live islands still training
+  /// plus the finished ones with a pending contribution, and its quorum is min(K, that number),
+  /// so the last contributions of a run commit even below K (at the next poll()). Finished
   /// islands must be among the live islands (set_live_islands), also once they went away; one
   /// that joins again is training until it says otherwise (`false`).
-  void finish(int island, bool finished, double now);
+  void finish(int island, bool finished);
   /// Estimates for the adaptive grace window: islands' inner step time and merge + broadcast time.
   void set_timing(double t_step, double t_sync);
 
