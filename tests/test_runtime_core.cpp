@@ -413,7 +413,8 @@ BOOST_AUTO_TEST_CASE(island_heals_from_join_reply) {
   running.heal(reply, /*keep_local=*/true);
   BOOST_TEST(running.params()[0] == 9.0f);
   BOOST_TEST(running.base_round(0) == 3u);
-  ChipGradient none{std::vector<float>(4, 0.0f), 8, 0.0};
+  const std::vector<float> zeros(4, 0.0f);  // outlives the span the gradient holds
+  ChipGradient none{zeros, 8, 0.0};
   for (int k = 0; k < 4; ++k) running.apply_gradient(std::span<const ChipGradient>(&none, 1));
   BOOST_REQUIRE(running.due(0));
   auto frame = running.outer_gradient_frame(0).value();
