@@ -103,3 +103,37 @@ BOOST_AUTO_TEST_CASE(a_short_diloco_run_falls_well_below_the_unigram_entropy) {
   BOOST_TEST(r.final_eval_loss < r.unigram_entropy - 0.8);
   BOOST_TEST(r.final_eval_loss > *r.entropy_floor - 0.05);  // nothing beats the source's entropy
 }
+
+BOOST_AUTO_TEST_CASE(diverging_diloco_run_stops_and_names_the_divergence) {
+  auto c = tiny("diloco");
+  c.train.islands = 2;
+  c.train.H = 6;
+  c.outer.lr = 1e12f;  // the first outer step throws the global parameters far out
+  const auto s = run_reference(c);
+  BOOST_REQUIRE(s.diverged.has_value());
+  BOOST_TEST((s.diverged->code == errc::non_finite));
+  BOOST_TEST_MESSAGE(s.diverged->reason);
+  BOOST_TEST(s.diverged->reason.find("diverged") != std::string::npos);
+  BOOST_TEST(s.diverged->reason.find("at step") != std::string::npos);
+  BOOST_TEST(s.reports.size() < 4u);  // stopped there, not trained to the end on NaN
+}
+
+BOOST_AUTO_TEST_CASE(diverging_ddp_run_stops_and_names_the_divergence) {
+  auto c = tiny("ddp");
+  c.train.islands = 2;
+  c.inner.lr = 1e30f;
+  c.inner.grad_clip = 0.0f;
+  c.inner.warmup_steps = 0;
+  const auto s = run_reference(c);
+  BOOST_REQUIRE(s.diverged.has_value());
+  BOOST_TEST_MESSAGE(s.diverged->reason);
+  BOOST_TEST(s.diverged->reason.find("diverged") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_healthy_run_does_not_report_divergence) {
+  auto c = tiny("streaming");
+  c.train.islands = 2;
+  c.train.H = 6;
+  c.fragments.count = 2;
+  BOOST_TEST(!run_reference(c).diverged.has_value());
+}

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <variant>
 
@@ -450,7 +451,7 @@ BOOST_AUTO_TEST_CASE(syncer_restored_from_snapshot_continues_rounds) {
   BOOST_REQUIRE(cp);
   std::vector<float> other(4, 0.0f);
   SyncerCore restored(t.plan, other, cfg);
-  restored.restore(*cp);
+  BOOST_REQUIRE(restored.restore(*cp));
   BOOST_TEST(restored.round(0) == 2u);
   // The same next round on both: identical parameters (momentum came back too).
   round(s, 2, 0.3f);
@@ -484,7 +485,7 @@ BOOST_AUTO_TEST_CASE(syncer_with_delayed_nesterov_resumes_its_pending_contributi
   BOOST_REQUIRE_EQUAL(cp->outer_pending.size(), 1u);
   std::vector<float> other(4, 0.0f);
   SyncerCore restored(t.plan, other, cfg);
-  restored.restore(*cp);
+  BOOST_REQUIRE(restored.restore(*cp));
   round(s, 3, 0.4f);  // the momentum step uses the pending sum: only equal if it was restored
   round(restored, 3, 0.4f);
   for (int j = 0; j < 4; ++j) BOOST_TEST(restored.params()[j] == s.params()[j]);
@@ -754,7 +755,7 @@ BOOST_AUTO_TEST_CASE(restored_lossy_syncer_heals_islands_onto_its_parameters) {
   }
   BOOST_TEST(!same_bits(s.held(0), s.params()));
   SyncerCore restored(t.plan, init, lossy_settings(2, Encoding::int4));
-  restored.restore(s.snapshot());
+  BOOST_REQUIRE(restored.restore(s.snapshot()));
   BOOST_TEST(same_bits(restored.held(0), s.params()));  // Θ̂ = Θ after a restore
   BOOST_TEST(restored.held_round(0) == 3u);
   auto msg = decode_message(restored.global_frame(0).value());  // no commit yet: Θ̂ in full
@@ -766,4 +767,172 @@ BOOST_AUTO_TEST_CASE(restored_lossy_syncer_heals_islands_onto_its_parameters) {
   a.heal(std::get<JoinReply>(*reply), /*keep_local=*/true);
   BOOST_TEST(same_bits(a.global(0), s.params()));
   BOOST_TEST(a.base_round(0) == 3u);
+}
+
+// ---- divergence: a NaN is reported as such, never taken for a missing answer ----
+
+BOOST_AUTO_TEST_CASE(island_with_a_nan_loss_reports_divergence_instead_of_no_answer) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f), grad(4, 0.0f);
+  IslandCore island(t.layout, t.plan, IslandSettings{2, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{},
+                    init);
+  ChipGradient ok{grad, 8, 1.0};
+  island.apply_gradient(std::span<const ChipGradient>(&ok, 1));
+  BOOST_REQUIRE(island.health());
+  // The chip answered, with a NaN loss: that is divergence, and the step is not taken.
+  ChipGradient nan{grad, 8, std::nan("")};
+  BOOST_TEST(std::isnan(island.apply_gradient(std::span<const ChipGradient>(&nan, 1))));
+  BOOST_TEST(island.step() == 1);
+  BOOST_REQUIRE(!island.health());
+  BOOST_TEST((island.health().error().code == errc::non_finite));
+  BOOST_TEST(island.health().error().reason.find("island 2 diverged") != std::string::npos);
+  BOOST_TEST(island.health().error().reason.find("at step 2") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(island_whose_outer_gradient_holds_infinity_reports_divergence_naming_the_fragment) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  IslandCore island(t.layout, t.plan, IslandSettings{1, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{},
+                    init);
+  const std::vector<float> huge(4, std::numeric_limits<float>::infinity());
+  BOOST_REQUIRE(island.adopt(0, 1, huge));  // Θ_0 = inf: δ = Θ − θ cannot be sent
+  auto frame = island.outer_gradient_frame(0);
+  BOOST_REQUIRE(!frame);
+  BOOST_TEST((frame.error().code == errc::non_finite));
+  BOOST_REQUIRE(!island.health());
+  BOOST_TEST(island.health().error().reason.find("island 1 diverged: the outer gradient of fragment 0") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(syncer_commit_that_overflows_is_reported_and_never_snapshot) {
+  for (auto enc : {Encoding::fp32, Encoding::int8}) {
+    Tiny t;
+    std::vector<float> init(4, 0.0f);
+    auto cfg = sgd_settings(2, 2);
+    cfg.broadcast = CodecParams{enc, enc == Encoding::fp32 ? 0u : 4u};
+    cfg.snapshot_every = 1;
+    SyncerCore s(t.plan, init, cfg);
+    // δ = −3e38 twice: θ = 3e38, then 6e38 = infinity in float.
+    for (std::uint64_t r = 0; r < 2; ++r) {
+      BOOST_REQUIRE(s.receive(delta_frame(0, r, -3e38f), 0.0));
+      BOOST_REQUIRE(s.receive(delta_frame(1, r, -3e38f), 0.0));
+      const auto c = s.poll(0.0);
+      BOOST_REQUIRE_EQUAL(c.size(), 1u);
+      BOOST_TEST(c[0].finite == (r == 0));
+      if (r == 0) {
+        BOOST_TEST(s.snapshot_due());
+        s.mark_snapshot();
+      }
+    }
+    BOOST_REQUIRE(!s.health());
+    BOOST_TEST((s.health().error().code == errc::non_finite));
+    BOOST_TEST(s.health().error().reason.find("global fragment 0 holds NaN or infinity after round 2") !=
+               std::string::npos);
+    BOOST_TEST(!s.snapshot_due());  // a diverged state never replaces the last good snapshot
+    BOOST_TEST(!s.global_frame(0));  // and nothing of it can be broadcast
+  }
+}
+
+// ---- the end of a run survives a syncer restart ----
+
+BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_still_knows_who_finished_and_their_steps) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(3, 2);
+  cfg.snapshot_every = 100;  // rounds alone would not snapshot for a long time
+  SyncerCore s(t.plan, init, cfg);
+  s.set_live_islands(3);
+  s.heard(0, 40);
+  s.heard(1, 60);
+  s.heard(1, 50);  // the last step heard of only goes up
+  s.heard(7, 10);  // not an island of the run: ignored
+  BOOST_TEST(!s.snapshot_due());
+  s.finish(1, true);
+  BOOST_TEST(s.snapshot_due());  // who finished must not be lost with the process
+  const auto path = (std::filesystem::temp_directory_path() / "diloco_test_syncer_finished.safetensors").string();
+  BOOST_REQUIRE(save_checkpoint(path, t.layout, t.plan, s.snapshot()));
+  s.mark_snapshot();
+  BOOST_TEST(!s.snapshot_due());
+  auto cp = load_syncer_state(path, t.layout, t.plan, 3);
+  BOOST_REQUIRE(cp);
+  BOOST_REQUIRE(cp->has_value());
+  SyncerCore restarted(t.plan, init, cfg);
+  BOOST_REQUIRE(restarted.restore(**cp));
+  BOOST_TEST(restarted.finished(1));
+  BOOST_TEST(!restarted.finished(0));
+  BOOST_TEST(restarted.last_step(0) == 40u);
+  BOOST_TEST(restarted.last_step(1) == 60u);
+  BOOST_TEST(restarted.last_step(2) == 0u);
+  // Island 1 is gone for good: the restarted syncer does not wait for it. Islands 0 and 2
+  // finish with one last contribution, which commits below K = 2.
+  restarted.set_live_islands(3);
+  BOOST_REQUIRE(restarted.receive(delta_frame(0, 0, 1.0f), 0.0));
+  restarted.finish(0, true);
+  restarted.finish(2, true);
+  BOOST_TEST(restarted.poll(0.0).size() == 1u);
+  std::filesystem::remove(path);
+}
+
+// ---- an unusable syncer state file is refused, or moved aside; never started over silently ----
+
+BOOST_AUTO_TEST_CASE(corrupt_syncer_state_file_is_refused_naming_the_file_and_the_problem) {
+  Tiny t;
+  const auto dir = std::filesystem::temp_directory_path() / "diloco_test_corrupt_state";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "syncer.safetensors").string();
+  // No file: a fresh start.
+  auto none = load_syncer_state(path, t.layout, t.plan, 2);
+  BOOST_REQUIRE(none);
+  BOOST_TEST(!none->has_value());
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    BOOST_REQUIRE(f);
+    std::fputs("not a checkpoint at all", f);
+    std::fclose(f);
+  }
+  auto bad = load_syncer_state(path, t.layout, t.plan, 2);
+  BOOST_REQUIRE(!bad);
+  BOOST_TEST((bad.error().code == errc::corrupt_checkpoint));
+  BOOST_TEST(bad.error().reason.find(path) != std::string::npos);
+  // Moved aside, never overwritten: .corrupt-1, then .corrupt-2 for the next one.
+  auto moved = move_aside(path);
+  BOOST_REQUIRE(moved);
+  BOOST_TEST(*moved == path + ".corrupt-1");
+  BOOST_TEST(!std::filesystem::exists(path));
+  std::filesystem::copy_file(*moved, path);
+  auto again = move_aside(path);
+  BOOST_REQUIRE(again);
+  BOOST_TEST(*again == path + ".corrupt-2");
+  BOOST_TEST(std::filesystem::exists(*moved));
+  std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(syncer_metadata_that_is_not_a_number_is_refused_and_restores_nothing) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(2, 2));
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  auto cp = s.snapshot();
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"syncer.island_finished.1", "yes"}, {"syncer.island_step.0", "-3"}, {"syncer.outer_steps.0", "12abc"}}) {
+    auto bad = cp;
+    bad.metadata[key] = value;
+    SyncerCore fresh(t.plan, init, sgd_settings(2, 2));
+    auto st = fresh.restore(bad);
+    BOOST_REQUIRE(!st);
+    BOOST_TEST((st.error().code == errc::corrupt_checkpoint));
+    BOOST_TEST(st.error().reason.find(key) != std::string::npos);
+    BOOST_TEST(fresh.round(0) == 0u);  // nothing was restored
+    BOOST_TEST(fresh.params()[0] == 0.0f);
+  }
+  // A checkpoint of another plan is a mismatch, not an exception.
+  Tiny other(8);
+  std::vector<float> init8(8, 0.0f);
+  SyncerCore wrong(other.plan, init8, sgd_settings(2, 2));
+  auto st = wrong.restore(cp);
+  BOOST_REQUIRE(!st);
+  BOOST_TEST((st.error().code == errc::checkpoint_mismatch));
 }

@@ -63,7 +63,13 @@ double IslandCore::apply_gradient(std::span<const ChipGradient> chips) {
   std::uint64_t total = 0;
   const double loss = combine_chips(chips, grad_, total);
   if (total == 0) return loss;  // NaN: the step is skipped
-  opt_.step(writable(), grad_);
+  if (!std::isfinite(loss)) {   // the chips answered: the model diverged
+    diverged("its training loss is " + std::to_string(loss) + " at step " + std::to_string(step_ + 1));
+    return loss;
+  }
+  const float norm = opt_.step(writable(), grad_);
+  if (!std::isfinite(norm))
+    diverged("its gradient norm is " + std::to_string(norm) + " at step " + std::to_string(step_ + 1));
   ++step_;
   tokens_total_ += total;
   for (std::size_t p = 0; p < tokens_.size(); ++p) {
@@ -106,6 +112,9 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
   auto frame = settings_.error_feedback && settings_.codec.encoding != Encoding::fp32
                    ? encode_fragment(h, ef_[i], work_)
                    : encode_fragment(h, settings_.codec, work_);
+  if (!frame && frame.error().code == errc::non_finite)
+    diverged("the outer gradient of fragment " + std::to_string(p) + " at step " + std::to_string(step_) +
+             " holds NaN or infinity (" + frame.error().reason + ")");
   if (frame) {
     sent_at_[i] = step_;
     awaiting_[i] = true;
@@ -113,6 +122,10 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
                                  // counters when a newer frame supersedes a pending one)
   }
   return frame;
+}
+
+void IslandCore::diverged(const std::string& what) {
+  if (health_) health_ = Error{errc::non_finite, "island " + std::to_string(settings_.island) + " diverged: " + what};
 }
 
 void IslandCore::mix(int p, std::span<const float> values) {

@@ -1,10 +1,13 @@
 // Reference loops: synchronous data parallel, DiLoCo and Streaming DiLoCo, one thread.
 #include "diloco/loops.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "diloco/fragments.hpp"
 
@@ -40,6 +43,18 @@ struct Recorder {
     loss_sum += l;
     ++loss_count;
   }
+  /// Stops the run: `what` held NaN or infinity at `step` (returns false for the caller's `return`).
+  bool diverged(const std::string& who, const std::string& what, long step) {
+    out.diverged = Error{errc::non_finite, who + " diverged: " + what + " at step " + std::to_string(step)};
+    return false;
+  }
+  /// A training loss and the gradient norm of the step it took: both finite, or the run stops.
+  bool finite_step(int island, double loss, double norm, long step) {
+    const std::string who = "island " + std::to_string(island);
+    if (!std::isfinite(loss)) return diverged(who, "its training loss is " + std::to_string(loss), step);
+    if (!std::isfinite(norm)) return diverged(who, "its gradient norm is " + std::to_string(norm), step);
+    return true;
+  }
   void maybe_report(long step, std::span<const float> global) {
     if (step % cfg.train.H != 0 && step != cfg.train.steps) return;
     RoundReport r;
@@ -71,13 +86,18 @@ void run_ddp(const RunConfig& cfg, Model& model, const Corpus& corpus, Recorder&
     double loss = 0.0;
     for (int i = 0; i < M; ++i) {
       shards[static_cast<std::size_t>(i)]->next(B, T, batch);
-      loss += model.loss_and_grad(theta, batch, grad);
+      const double li = model.loss_and_grad(theta, batch, grad);
+      if (!rec.finite_step(i, li, 0.0, s)) return;
+      loss += li;
       for (std::size_t j = 0; j < N; ++j) sum[j] += grad[j];
       rec.out.tokens += batch.num_targets();
     }
     const float inv = 1.0f / static_cast<float>(M);
     for (auto& g : sum) g *= inv;
-    opt.step(theta, sum);
+    if (const double norm = opt.step(theta, sum); !std::isfinite(norm)) {
+      rec.diverged("the model", "the mean gradient norm is " + std::to_string(norm), s);
+      return;
+    }
     rec.out.bytes += per_step;
     rec.step_loss(loss / M);
     rec.maybe_report(s, theta);
@@ -128,8 +148,10 @@ void run_fragments(const RunConfig& cfg, Model& model, const Corpus& corpus, Rec
     for (int i = 0; i < M; ++i) {
       auto& r = isl[static_cast<std::size_t>(i)];
       r.data->next(B, T, batch);
-      loss += model.loss_and_grad(r.params, batch, r.grads);
-      r.opt->step(r.params, r.grads);
+      const double li = model.loss_and_grad(r.params, batch, r.grads);
+      if (!rec.finite_step(i, li, 0.0, s)) return;
+      loss += li;
+      if (!rec.finite_step(i, li, r.opt->step(r.params, r.grads), s)) return;
       rec.out.tokens += batch.num_targets();
       for (int p = 0; p < P; ++p) {
         tokens_since[static_cast<std::size_t>(i * P + p)] += batch.num_targets();
@@ -157,6 +179,11 @@ void run_fragments(const RunConfig& cfg, Model& model, const Corpus& corpus, Rec
       outer[static_cast<std::size_t>(p)].step(gp, merged);
       plan.scatter(p, gp, theta);
       ++rounds[static_cast<std::size_t>(p)];
+      if (!std::all_of(gp.begin(), gp.end(), [](float x) { return std::isfinite(x); })) {
+        rec.diverged("the syncer", "global fragment " + std::to_string(p) + " holds NaN or infinity after round " +
+                                       std::to_string(rounds[static_cast<std::size_t>(p)]) + " (outer step)", s);
+        return;
+      }
       rec.out.bytes += M * allreduce_bytes_per_island(4.0 * static_cast<double>(n), M);
       pending.push_back({s + tau, p, gp});
     }
@@ -195,7 +222,9 @@ RunSummary run_reference(const RunConfig& cfg, const std::function<void(const Ro
   Recorder rec{cfg, *model, eval, on_report, out};
   if (cfg.train.mode == "ddp") run_ddp(cfg, *model, corpus, rec, theta);
   else run_fragments(cfg, *model, corpus, rec, theta);
-  out.final_eval_loss = out.reports.empty() ? 0.0 : out.reports.back().eval_loss;
+  out.final_eval_loss = out.diverged           ? evaluate(*model, theta, eval)
+                        : out.reports.empty() ? 0.0
+                                              : out.reports.back().eval_loss;
   out.seconds = std::chrono::duration<double>(Clock::now() - rec.start).count();
   out.params = std::move(theta);
   return out;

@@ -2,12 +2,72 @@
 #include "diloco/syncer.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 namespace diloco {
 
 namespace {
+
+// The syncer's own metadata entries in a snapshot (checkpoint.hpp keeps them as strings).
+std::string outer_steps_key(std::size_t p) { return "syncer.outer_steps." + std::to_string(p); }
+std::string pending_count_key(std::size_t p) { return "syncer.outer_pending_count." + std::to_string(p); }
+std::string island_step_key(std::size_t i) { return "syncer.island_step." + std::to_string(i); }
+std::string island_finished_key(std::size_t i) { return "syncer.island_finished." + std::to_string(i); }
+
+/// The syncer metadata of a checkpoint, each value checked: what restore() applies.
+struct SyncerMeta {
+  std::vector<long> outer_steps;           // [p]
+  std::vector<int> pending_counts;         // [p]
+  std::vector<std::uint64_t> island_steps; // [island]
+  std::vector<bool> finished;              // [island]
+};
+
+/// Entry `key` as a decimal integer ≤ `max` (absent: `fallback`); anything else is corrupt.
+Expected<std::uint64_t> meta_uint(const Checkpoint& cp, const std::string& key, std::uint64_t max,
+                                  std::uint64_t fallback) {
+  auto it = cp.metadata.find(key);
+  if (it == cp.metadata.end()) return fallback;
+  const std::string& s = it->second;
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || v > max)
+    return Error{errc::corrupt_checkpoint, "metadata " + key + " = '" + s.substr(0, 40) + "' is not an integer in [0, " +
+                                               std::to_string(max) + "]"};
+  return v;
+}
+
+Expected<SyncerMeta> read_meta(const Checkpoint& cp, std::size_t P, int islands, const OuterConfig& outer) {
+  SyncerMeta m;
+  for (std::size_t p = 0; p < P; ++p) {
+    auto t = meta_uint(cp, outer_steps_key(p), std::uint64_t{1} << 62, 0);
+    if (!t) return t.error();
+    m.outer_steps.push_back(static_cast<long>(*t));
+    // Delayed Nesterov: fewer than `delay` contributions wait in the buffer.
+    auto n = meta_uint(cp, pending_count_key(p), 1u << 30, 0);
+    if (!n) return n.error();
+    if (*n >= static_cast<std::uint64_t>(std::max(outer.delay, 1)))
+      return Error{errc::checkpoint_mismatch, "metadata " + pending_count_key(p) + " = " + std::to_string(*n) +
+                                                  " pending contributions, the run's outer.delay is " +
+                                                  std::to_string(outer.delay)};
+    m.pending_counts.push_back(static_cast<int>(*n));
+  }
+  for (int i = 0; i < islands; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    auto step = meta_uint(cp, island_step_key(k), std::uint64_t{1} << 62, 0);
+    if (!step) return step.error();
+    auto done = meta_uint(cp, island_finished_key(k), 1, 0);
+    if (!done) return done.error();
+    m.island_steps.push_back(*step);
+    m.finished.push_back(*done == 1);
+  }
+  return m;
+}
+
 WireContext context_for(const FragmentPlan& plan, const SyncerSettings& s) {
   WireContext ctx;
   for (int p = 0; p < plan.count(); ++p) ctx.fragment_sizes.push_back(plan.size(p));
@@ -30,6 +90,7 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   state_.resize(P);
   for (auto& s : state_) s.live_islands = settings_.islands;
   finished_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), false);
+  last_step_.assign(finished_.size(), 0);
   if (lossy()) {
     for (int p = 0; p < plan.count(); ++p) {
       held_.emplace_back(plan.size(p));
@@ -95,6 +156,21 @@ void SyncerCore::finish(int island, bool finished) {
   if (island < 0 || island >= settings_.islands || finished_[static_cast<std::size_t>(island)] == finished) return;
   finished_[static_cast<std::size_t>(island)] = finished;
   finished_count_ += finished ? 1 : -1;
+  ++finish_changes_;
+}
+
+void SyncerCore::heard(int island, std::uint64_t step) {
+  if (island < 0 || island >= settings_.islands) return;
+  auto& s = last_step_[static_cast<std::size_t>(island)];
+  s = std::max(s, step);
+}
+
+std::uint64_t SyncerCore::last_step(int island) const {
+  return island < 0 || island >= settings_.islands ? 0 : last_step_[static_cast<std::size_t>(island)];
+}
+
+bool SyncerCore::finished(int island) const {
+  return island >= 0 && island < settings_.islands && finished_[static_cast<std::size_t>(island)];
 }
 
 void SyncerCore::open_round(int p, double now) {
@@ -140,6 +216,13 @@ Commit SyncerCore::commit(int p, double now) {
   plan_->scatter(p, theta_, params_);
   c.round = ++rounds_[i];
   inbox_.set_round(static_cast<std::uint32_t>(p), rounds_[i]);
+  c.finite = std::all_of(theta_.begin(), theta_.end(), [](float x) { return std::isfinite(x); });
+  if (!c.finite && health_) {
+    std::string who;
+    for (int x : c.islands) who += (who.empty() ? "" : ",") + std::to_string(x);
+    health_ = Error{errc::non_finite, "global fragment " + std::to_string(p) + " holds NaN or infinity after round " +
+                                          std::to_string(c.round) + " (outer step on the merge of islands " + who + ")"};
+  }
   if (lossy()) encode_delta(p, theta_);
   pending_[i].clear();
   open_round(p, now);
@@ -211,15 +294,16 @@ void SyncerCore::encode_delta(int p, std::span<const float> theta) {
   h.base_round = rounds_[i];
   h.from_round = held_round_[i];
   auto enc = encode(settings_.broadcast, delta_);
-  if (!enc) {  // Θ diverged: nothing is sent and Θ̂ stays; the next delta starts from its round
-    broadcast_[i] = Expected<Frame>(enc.error());
-    return;
-  }
+  // Θ diverged (or Θ − Θ̂ overflows): nothing can be sent, and the run cannot go on.
+  auto fail = [&](const Error& e) {
+    broadcast_[i] = Expected<Frame>(e);
+    if (health_)
+      health_ = Error{errc::non_finite, "merged fragment " + std::to_string(p) + " of round " + std::to_string(rounds_[i]) +
+                                            " cannot be encoded for its broadcast: " + e.message()};
+  };
+  if (!enc) return fail(enc.error());
   sent_.resize(hat.size());
-  if (auto st = decode(*enc, std::span<float>(sent_)); !st) {
-    broadcast_[i] = Expected<Frame>(st.error());
-    return;
-  }
+  if (auto st = decode(*enc, std::span<float>(sent_)); !st) return fail(st.error());
   // The islands compute exactly this sum (IslandCore::adopt_frame): Θ̂ is bit-equal on both ends.
   for (std::size_t j = 0; j < hat.size(); ++j) hat[j] += sent_[j];
   held_round_[i] = rounds_[i];
@@ -270,33 +354,46 @@ Checkpoint SyncerCore::snapshot() const {
   for (const auto& o : outer_) cp.momentum.emplace_back(o.momentum().begin(), o.momentum().end());
   cp.rounds = rounds_;
   for (std::size_t p = 0; p < outer_.size(); ++p)
-    cp.metadata["syncer.outer_steps." + std::to_string(p)] = std::to_string(outer_[p].steps_taken());
+    cp.metadata[outer_steps_key(p)] = std::to_string(outer_[p].steps_taken());
   if (!outer_.empty() && !outer_[0].pending_sum().empty()) {  // Delayed Nesterov
     for (std::size_t p = 0; p < outer_.size(); ++p) {
       cp.outer_pending.emplace_back(outer_[p].pending_sum().begin(), outer_[p].pending_sum().end());
-      cp.metadata["syncer.outer_pending_count." + std::to_string(p)] = std::to_string(outer_[p].pending_count());
+      cp.metadata[pending_count_key(p)] = std::to_string(outer_[p].pending_count());
     }
+  }
+  for (std::size_t i = 0; i < finished_.size(); ++i) {
+    cp.metadata[island_step_key(i)] = std::to_string(last_step_[i]);
+    cp.metadata[island_finished_key(i)] = finished_[i] ? "1" : "0";
   }
   return cp;
 }
 
 bool SyncerCore::snapshot_due() const {
-  return settings_.snapshot_every > 0 &&
-         global_round() >= snapshot_round_ + static_cast<std::uint64_t>(settings_.snapshot_every);
+  return health_ && settings_.snapshot_every > 0 &&
+         (global_round() >= snapshot_round_ + static_cast<std::uint64_t>(settings_.snapshot_every) ||
+          finish_changes_ != snapshot_finish_changes_);
 }
 
-void SyncerCore::restore(const Checkpoint& cp) {
+Status SyncerCore::restore(const Checkpoint& cp) {
   const auto P = static_cast<std::size_t>(plan_->count());
   if (cp.params.size() != params_.size() || cp.momentum.size() != P || cp.rounds.size() != P)
-    throw std::invalid_argument("SyncerCore::restore: checkpoint does not match the fragment plan");
+    return Error{errc::checkpoint_mismatch, "the checkpoint does not match the fragment plan (" +
+                                                std::to_string(cp.params.size()) + " values in " +
+                                                std::to_string(cp.momentum.size()) + " fragments)"};
+  for (std::size_t p = 0; p < P; ++p)
+    if (cp.momentum[p].size() != plan_->size(static_cast<int>(p)) ||
+        (p < cp.outer_pending.size() && cp.outer_pending[p].size() != plan_->size(static_cast<int>(p))))
+      return Error{errc::checkpoint_mismatch, "the checkpoint's outer state of fragment " + std::to_string(p) +
+                                                  " does not match the fragment plan"};
+  if (!cp.outer_pending.empty() && (outer_.empty() || outer_[0].pending_sum().empty()))
+    return Error{errc::checkpoint_mismatch, "the checkpoint holds Delayed Nesterov buffers, the run's outer optimizer (" +
+                                                settings_.outer.kind + ") has none"};
+  auto meta = read_meta(cp, P, settings_.islands, settings_.outer);
+  if (!meta) return meta.error();
   params_ = cp.params;
   for (std::size_t p = 0; p < P; ++p) {
-    long t = 0;
-    if (auto it = cp.metadata.find("syncer.outer_steps." + std::to_string(p)); it != cp.metadata.end())
-      t = std::stol(it->second);
-    int pending = 0;
-    if (auto it = cp.metadata.find("syncer.outer_pending_count." + std::to_string(p)); it != cp.metadata.end())
-      pending = std::stoi(it->second);
+    const long t = meta->outer_steps[p];
+    const int pending = meta->pending_counts[p];
     if (p < cp.outer_pending.size()) outer_[p].restore(t, cp.momentum[p], cp.outer_pending[p], pending);
     else outer_[p].restore(t, cp.momentum[p]);
     rounds_[p] = cp.rounds[p];
@@ -312,7 +409,44 @@ void SyncerCore::restore(const Checkpoint& cp) {
       broadcast_[p].reset();
     }
   }
-  snapshot_round_ = global_round();
+  finished_count_ = 0;
+  for (std::size_t i = 0; i < finished_.size(); ++i) {
+    finished_[i] = meta->finished[i];
+    finished_count_ += finished_[i] ? 1 : 0;
+    last_step_[i] = meta->island_steps[i];
+  }
+  health_ = {};
+  mark_snapshot();
+  return {};
+}
+
+Expected<std::optional<Checkpoint>> load_syncer_state(const std::string& path, const ParamLayout& layout,
+                                                      const FragmentPlan& plan, int islands) {
+  std::error_code ec;  // (set for a missing file too; any other failure is load_checkpoint's to report)
+  if (std::filesystem::symlink_status(path, ec).type() == std::filesystem::file_type::not_found)
+    return std::optional<Checkpoint>{};
+  // load_checkpoint names the file in its errors already.
+  auto cp = load_checkpoint(path, layout, plan, LoadOptions{false});
+  if (!cp) return cp.error();
+  // The metadata as restore() will read it (the outer optimizer's kind and delay do not matter
+  // here: the syncer checks them when it restores).
+  OuterConfig any;
+  any.delay = 1 << 30;
+  if (auto meta = read_meta(*cp, static_cast<std::size_t>(plan.count()), islands, any); !meta)
+    return Error{meta.error().code, path + ": " + meta.error().reason};
+  return std::optional<Checkpoint>(std::move(*cp));
+}
+
+Expected<std::string> move_aside(const std::string& path) {
+  for (int n = 1; n <= 1000; ++n) {
+    const std::string to = path + ".corrupt-" + std::to_string(n);
+    std::error_code ec;
+    if (std::filesystem::symlink_status(to, ec).type() != std::filesystem::file_type::not_found) continue;
+    std::filesystem::rename(path, to, ec);
+    if (ec) return Error{errc::io_error, "cannot rename '" + path + "' to '" + to + "': " + ec.message()};
+    return to;
+  }
+  return Error{errc::io_error, "cannot move '" + path + "' aside: " + path + ".corrupt-1 to -1000 all exist"};
 }
 
 }  // namespace diloco

@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "diloco/codec.hpp"
@@ -54,7 +55,14 @@ public:
   /// One AdamW inner step on the token-weighted mean of the chips' gradients (a dead chip's
   /// share is simply missing). Returns the token-weighted mean loss; with no tokens at all the
   /// step is skipped and NaN returned. Adoptions whose τ has elapsed are applied afterwards.
+  /// A non-finite loss with tokens is divergence, not a missing answer: the step is not taken
+  /// and health() says so (as it does for a non-finite gradient norm after a step).
   double apply_gradient(std::span<const ChipGradient> chips);
+
+  /// Ok while the island's state is finite; otherwise errc::non_finite naming the island, the
+  /// step and what was found (a NaN loss, a non-finite gradient, an outer gradient that holds
+  /// NaN or infinity). A diverged island must stop: every further step or frame is worthless.
+  const Status& health() const { return health_; }
 
   long step() const { return step_; }
   /// A restarted island continues the run's step count: the sync schedule's offsets stay
@@ -74,8 +82,8 @@ public:
 
   /// δ_p = Θ_p(base round) − θ_p quantised into a Cap'n Proto Fragment frame (wire.hpp), with
   /// the fragment's base round and its token/step counters since the last send (as the
-  /// reference loops count them). Fails with non_finite if the local parameters diverged.
-  /// Records the send step for τ and restarts the counters.
+  /// reference loops count them). Fails with non_finite if the local parameters diverged (and
+  /// health() turns into that error). Records the send step for τ and restarts the counters.
   Expected<Frame> outer_gradient_frame(int p);
 
   /// A merged global fragment of `round` arrived (now = the current local step). Rounds not
@@ -121,6 +129,7 @@ private:
   std::vector<float>& writable();  // copy on write if a chip still reads the current vector
   void mix(int p, std::span<const float> values);
   void apply_ready();
+  void diverged(const std::string& what);
 
   const ParamLayout* layout_;
   const FragmentPlan* plan_;
@@ -143,6 +152,7 @@ private:
   };
   std::deque<Adoption> queue_;
   std::vector<float> work_;
+  Status health_;
 };
 
 }  // namespace diloco

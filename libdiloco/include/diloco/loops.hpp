@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "diloco/config.hpp"
+#include "diloco/expected.hpp"
 
 namespace diloco {
 
@@ -32,6 +33,11 @@ struct RunSummary {
   double seconds = 0.0;
   std::optional<double> entropy_floor;     // of the corpus, nats/token, when known
   double unigram_entropy = 0.0;
+  /// The run diverged and stopped there (errc::non_finite, naming the island or fragment, the
+  /// step and what held NaN or infinity: a training loss, a gradient, the global parameters after
+  /// an outer step); `params` and `final_eval_loss` are those of that moment. A caller must not
+  /// report such a run as finished.
+  std::optional<Error> diverged;
 };
 
 /// Bytes one island sends and receives in a ring all-reduce of `payload` bytes among M islands:
@@ -45,7 +51,8 @@ double allreduce_bytes_per_island(double payload, int M);
 ///    and the outer optimizer moves Θ, which every island adopts (arXiv 2311.08105).
 ///  - streaming: the same with P fragments, fragment p synced at its offset p·H/P, the merged
 ///    fragment adopted τ steps later as θ_i ← α·θ_i + (1−α)·Θ_p (arXiv 2501.18512).
-/// Bytes are counted as all-reduce equivalents of fp32 payloads. `initial` (optional) starts
+/// Bytes are counted as all-reduce equivalents of fp32 payloads. A run that diverges stops at
+/// the step it is detected (RunSummary::diverged). `initial` (optional) starts
 /// from given parameters instead of the seeded initialisation, e.g. a shared pretrained model.
 RunSummary run_reference(const RunConfig& cfg, const std::function<void(const RoundReport&)>& on_report = {},
                          std::span<const float> initial = {});

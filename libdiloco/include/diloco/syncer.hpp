@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "diloco/checkpoint.hpp"
@@ -37,6 +38,7 @@ struct Commit {
   std::uint64_t tokens = 0;      // tokens of the merged contributions
   std::vector<int> islands;      // who was merged
   double at = 0.0;
+  bool finite = true;            // false: Θ_p holds NaN or infinity after it (the run diverged; health())
 };
 
 /// Counters of everything the syncer did, for reports and tests.
@@ -85,6 +87,19 @@ public:
   void finish(int island, bool finished);
   /// Estimates for the adaptive grace window: islands' inner step time and merge + broadcast time.
   void set_timing(double t_step, double t_sync);
+  /// Island `island` reported its local step `step` (Progress). The last step heard of per
+  /// island and who finished are part of the snapshot, so that a restarted syncer still knows
+  /// which islands are done (and can end the run) and where a restarted site's islands were.
+  void heard(int island, std::uint64_t step);
+  std::uint64_t last_step(int island) const;
+  bool finished(int island) const;
+
+  /// Ok while the global parameters are finite. A commit that leaves NaN or infinity in Θ_p
+  /// (the outer step diverged, e.g. an absurd outer learning rate) or a merged fragment that
+  /// cannot be encoded for its broadcast turns it into errc::non_finite naming the fragment and
+  /// round: from then on the syncer's state is useless, nothing of it may be broadcast or
+  /// snapshot, and the run must end (a restart would only resume the same settings).
+  const Status& health() const { return health_; }
 
   std::uint64_t round(int p) const { return rounds_[static_cast<std::size_t>(p)]; }
   /// The global round: min over fragments (every fragment merged at least that often).
@@ -105,15 +120,23 @@ public:
   /// so healed islands hold the same base as the others and the next delta applies to it.
   JoinReply join_reply() const;
 
-  /// The state a restart needs: global params, outer momentum, rounds (checkpoint.hpp).
+  /// The state a restart needs: global params, outer momentum, rounds (checkpoint.hpp), and in
+  /// the metadata the outer optimizers' step counts and each island's last step and finished flag.
   Checkpoint snapshot() const;
-  /// True when snapshot_every global rounds passed since the last mark_snapshot().
+  /// True when snapshot_every global rounds passed since the last mark_snapshot(), or an
+  /// island finished (or trained again) since: the end of the run must survive a restart.
+  /// Never while health() is an error.
   bool snapshot_due() const;
-  void mark_snapshot() { snapshot_round_ = global_round(); }
+  void mark_snapshot() {
+    snapshot_round_ = global_round();
+    snapshot_finish_changes_ = finish_changes_;
+  }
   /// Restores from a checkpoint of the same plan; pending contributions are dropped (the
-  /// islands resend) and Θ̂ = Θ (islands re-join and heal from it). Throws
-  /// std::invalid_argument on a mismatch.
-  void restore(const Checkpoint& cp);
+  /// islands resend) and Θ̂ = Θ (islands re-join and heal from it). Refuses, changing nothing,
+  /// a checkpoint of another plan (checkpoint_mismatch) or whose syncer metadata is not what
+  /// snapshot() writes (corrupt_checkpoint). Islands' entries beyond the run's are ignored; a
+  /// checkpoint without them (an older one) restores no finished island.
+  Status restore(const Checkpoint& cp);
 
 private:
   struct Pending {
@@ -139,6 +162,9 @@ private:
   std::vector<RoundState> state_;
   std::vector<bool> finished_;   // [island]: finished training (finish())
   int finished_count_ = 0;
+  std::uint64_t finish_changes_ = 0, snapshot_finish_changes_ = 0;
+  std::vector<std::uint64_t> last_step_;  // [island]: last local step heard of (heard())
+  Status health_;
   FragmentInbox inbox_;
   mutable SyncerStats stats_;
   std::uint64_t dropped_in_merge_ = 0;
@@ -151,5 +177,17 @@ private:
   std::vector<std::optional<Expected<Frame>>> broadcast_;
   std::vector<float> delta_, sent_;
 };
+
+/// A syncer's state file (syncer.checkpoint) read for a (re)start: nullopt when there is none;
+/// otherwise the checkpoint, or an error naming the file and what is wrong with it (unreadable,
+/// not a diloco checkpoint, another model or fragment plan, NaN, syncer metadata that is not
+/// what SyncerCore::snapshot writes). A syncer never starts over such a file silently: it
+/// refuses to start, or, asked to start fresh, moves the file aside first (move_aside).
+Expected<std::optional<Checkpoint>> load_syncer_state(const std::string& path, const ParamLayout& layout,
+                                                      const FragmentPlan& plan, int islands);
+/// Renames `path` to `path`.corrupt-N, N = 1, 2, ... the first name not taken, and returns it
+/// (io_error when the rename fails): an unusable state file is kept for inspection, never
+/// overwritten by the next snapshot.
+Expected<std::string> move_aside(const std::string& path);
 
 }  // namespace diloco
