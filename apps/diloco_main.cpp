@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include "diloco/config.hpp"
 #include "diloco/checkpoint.hpp"
@@ -29,15 +30,22 @@ std::string json_number(double x) {
   return buf;
 }
 
+/// The machine's physical memory: what `run` and `check` let a configuration plan for.
+std::uint64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return diloco::kDefaultMemoryLimit;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
+
 int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
-        std::optional<std::uint64_t> seed, bool on_actors = false, const std::string& init = {},
-        const std::string& save = {}) {
+        std::optional<std::uint64_t> seed, std::uint64_t memory_limit, bool on_actors = false,
+        const std::string& init = {}, const std::string& save = {}) {
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
   }
-  diloco::RunConfig cfg = path.empty() ? diloco::parse_config("", overrides, "defaults")
-                                       : diloco::load_config(path, overrides);
+  diloco::RunConfig cfg = path.empty() ? diloco::parse_config("", overrides, "defaults", memory_limit)
+                                       : diloco::load_config(path, overrides, memory_limit);
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
   if (cfg.train.mode == "decoupled" || on_actors) return run_decoupled(cfg, metrics, path, initial, save);
   if (cfg.chaos.enabled || !cfg.faults.empty() || cfg.wan.enabled || !cfg.sites.empty())
@@ -401,6 +409,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
+  const std::uint64_t memory = physical_memory();  // the bound of every size a configuration implies
   try {
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
     if (app.got_subcommand("syncer")) return run_syncer_process(diloco::load_config(net.config, net_overrides), net);
@@ -428,7 +437,7 @@ int main(int argc, char** argv) {
       int bad = 0;
       for (const auto& p : check_paths) {
         try {
-          const auto cfg = diloco::load_config(p);
+          const auto cfg = diloco::load_config(p, {}, memory);
           std::printf("%s: ok (mode %s, %d islands, model %s)\n", p.c_str(), cfg.train.mode.c_str(),
                       cfg.train.islands, cfg.model.kind.c_str());
         } catch (const diloco::ConfigError& e) {
@@ -438,7 +447,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed, on_actors, init_path, save_path);
+    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -2,7 +2,10 @@
 #define BOOST_TEST_MODULE config
 #include <boost/test/unit_test.hpp>
 
+#include <limits>
+
 #include "diloco/config.hpp"
+#include "diloco/model.hpp"
 
 using namespace diloco;
 
@@ -239,4 +242,123 @@ latency_ms = 80.0
   const auto plain = diloco::parse_config("[train]\nislands = 2\n");
   BOOST_TEST(diloco::site_count(plain) == 2);
   BOOST_TEST(diloco::site_name(plain, 1) == "island-1");
+}
+
+// ---- absurd values: sizes bounded by the memory they imply, durations by what a timer holds ----
+
+BOOST_AUTO_TEST_CASE(absurd_layer_count_is_refused_naming_the_key_and_memory) {
+  const auto p = problems_of("[model]\nn_layer = 2147483647\n");
+  BOOST_TEST(mentions(p, "model.n_layer: 2147483647 needs "), p);
+  BOOST_TEST(mentions(p, "PiB of memory"), p);     // 2^31 blocks of 12·128² values, per island copy
+  BOOST_TEST(mentions(p, "limit 1.0 TiB"), p);
+}
+
+BOOST_AUTO_TEST_CASE(each_absurd_size_names_its_key_before_anything_is_allocated) {
+  const std::pair<const char*, const char*> rows[] = {
+      {"[train]\neval_batches = 2147483647\n", "train.eval_batches: 2147483647 needs "},
+      {"[train]\nbatch = 2147483647\n", "train.batch: 2147483647 "},
+      {"[model]\nn_embd = 65536\n", "model.n_embd: 65536 needs "},
+      {"[data]\neval_tokens = 9223372036854775807\n", "data.eval_tokens: 9223372036854775807 needs "},
+      {"[data]\ndoc_len = 2147483647\n[train]\nislands = 1024\n", "data.doc_len: 2147483647 needs "},
+      {"[model]\nkind = \"mlp\"\nhidden = 2147483647\n", "model.hidden: 2147483647 needs "},
+      {"[train]\nmode = \"decoupled\"\nbatch = 100000\n[islands]\nchips = 256\n", "train.batch: 100000 needs "},
+  };
+  for (const auto& [toml, expected] : rows) {
+    const auto p = problems_of(toml);
+    BOOST_TEST(mentions(p, expected), toml << " -> " << p);
+  }
+  // Products that overflow the models' int indices or the 64-bit token counters.
+  BOOST_TEST(mentions(problems_of("[train]\nbatch = 9000000\n"), "train.batch: 9000000 makes n_layer × batch × seq_len"));
+  BOOST_TEST(mentions(problems_of("[train]\nsteps = 4611686018427387904\n"), "train.steps: 4611686018427387904 makes islands × steps"));
+  BOOST_TEST(mentions(problems_of("[model]\nkind = \"mlp\"\ncontext = 65536\nn_embd = 65536\n"), "model.context: context × n_embd"));
+  BOOST_TEST(mentions(problems_of("[data]\neval_tokens = 1024\n[model]\nseq_len = 2048\n"), "data.eval_tokens: 1024 tokens hold no window"));
+}
+
+BOOST_AUTO_TEST_CASE(the_memory_limit_is_a_parameter_and_names_what_the_run_needs) {
+  BOOST_TEST(validate(RunConfig{}).empty());
+  const auto e = validate(RunConfig{}, 1u << 20);  // the defaults need more than 1 MiB
+  BOOST_TEST_REQUIRE(e.size() == 1u);
+  BOOST_TEST(mentions(e[0], "of activations"), e[0]);
+  BOOST_TEST(mentions(e[0], "limit 1.0 MiB"), e[0]);
+  // The estimate is a lower bound that grows with what the run holds: islands and chips.
+  RunConfig one, many;
+  many.train.islands = 8;
+  BOOST_TEST(memory_need(many).state_bytes > memory_need(one).state_bytes);
+  many.train.mode = "decoupled";
+  BOOST_TEST(memory_need(many).activation_bytes == 16 * memory_need(one).activation_bytes);  // 8 islands x 2 chips
+  // The parameter count is the model's own.
+  for (const char* kind : {"gpt", "mlp"}) {
+    RunConfig c;
+    c.model.kind = kind;
+    BOOST_TEST(memory_need(c).parameters == static_cast<long double>(make_model(c.model)->layout().size()), kind);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(init_std_beyond_a_float_is_out_of_range_not_must_be_positive) {
+  const auto p = problems_of("[model]\ninit_std = 1e300\n");
+  BOOST_TEST(mentions(p, "model.init_std: 1e+300 is out of range"), p);
+  BOOST_TEST(!mentions(p, "positive"), p);
+  BOOST_TEST(mentions(problems_of("[inner]\nlr = 1e-300\n"), "inner.lr: 1e-300 is out of range"));
+  BOOST_TEST(mentions(problems_of("[model]\ninit_std = 1000.0\n"), "model.init_std: must be in (0, 100] (got 1000)"));
+  ModelConfig m;
+  m.init_std = std::numeric_limits<float>::infinity();
+  BOOST_TEST_REQUIRE(validate(m).size() == 1u);
+  BOOST_TEST(mentions(validate(m)[0], "model.init_std: must be in (0, 100] (got inf)"));
+}
+
+BOOST_AUTO_TEST_CASE(durations_that_would_overflow_a_timer_are_refused_naming_the_key) {
+  const auto q = problems_of(R"(
+[train]
+final_sync_s = 1e300
+[supervision]
+backoff_initial_s = 1e300
+backoff_max_s = 1e300
+period_s = 1e300
+[wan]
+latency_ms = 1e300
+jitter_ms = 1.0
+retransmit_timeout_ms = 1e300
+[net]
+heartbeat_ms = 200.0
+timeout_ms = 1e300
+reconnect_max_ms = 1e300
+[quorum]
+grace_s = 1e300
+gamma = 1e300
+[chaos]
+repair_s = 1e300
+straggler_s = 1e300
+horizon_s = 1e300
+downtime_gap_s = 1e300
+[[faults]]
+kill = "chip"
+at_s = 1e300
+duration_s = 1e300
+)");
+  for (auto key : {"train.final_sync_s: must be at most 30 days", "supervision.backoff_initial_s: must be at most 30 days",
+                   "supervision.backoff_max_s: must be at most 30 days", "supervision.period_s: must be at most 30 days",
+                   "wan.latency_ms: must be at most 30 days (2.592e+09 ms, got 1e+300 ms)",
+                   "wan.retransmit_timeout_ms: must be at most", "net.timeout_ms: must be at most",
+                   "net.reconnect_max_ms: must be at most", "quorum.grace_s: must be in [0, 2592000]",
+                   "quorum.gamma: must be in [0, 100]", "chaos.repair_s: must be at most 30 days",
+                   "chaos.straggler_s: must be at most", "chaos.horizon_s: must be at most",
+                   "chaos.downtime_gap_s: must be at most", "faults[0].at_s: must be at most",
+                   "faults[0].duration_s: must be at most"})
+    BOOST_TEST(mentions(q, key), key);
+  BOOST_TEST(mentions(problems_of("[train]\nislands = 1\n[[sites]]\nname = \"a\"\nislands = [0]\nlatency_ms = 1e300\n"),
+                      "sites[0].latency_ms: must be at most 30 days"));
+  // Speeds and losses that stretch a delay without bound.
+  BOOST_TEST(mentions(problems_of("[train]\nislands = 1\n[islands]\nspeed = [1e-300]\n"), "islands.speed: every entry must be in [0.001, 1]"));
+  BOOST_TEST(mentions(problems_of("[wan]\nloss = 0.99999999\n"), "wan.loss: must be in [0, 0.999]"));
+  BOOST_TEST(mentions(problems_of("[wan]\nenabled = true\nbandwidth_mbps = 1e-9\n"), "wan.bandwidth_mbps: a full-model frame"));
+  // A fault schedule far beyond what chaos.cpp would build.
+  BOOST_TEST(mentions(problems_of("[chaos]\nenabled = true\nchip_mtbf_s = 1e-6\n"), "chaos.chip_mtbf_s: 1e-06 s over chaos.horizon_s = 600 s"));
+}
+
+BOOST_AUTO_TEST_CASE(more_fragments_than_the_model_has_layers_is_refused_before_the_run) {
+  // The default model has 4 blocks: 5 strided units (embeddings go with block 0, the final norm is one more).
+  BOOST_TEST(mentions(problems_of("[fragments]\ncount = 6\n"), "fragments.count: 6 fragments, but the model has only 5 layers"));
+  BOOST_TEST(validate(parse_config("[fragments]\ncount = 5\n")).empty());
+  BOOST_TEST(mentions(problems_of("[model]\nkind = \"mlp\"\n[fragments]\ncount = 6\nplan = \"balanced\"\n"),
+                      "fragments.count: 6 fragments, but the model has only 5 tensors"));
 }

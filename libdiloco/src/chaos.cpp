@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "diloco/limits.hpp"
 #include "diloco/rng.hpp"
 
 namespace diloco {
@@ -21,7 +22,7 @@ constexpr std::size_t kMaxEvents = 10'000'000;
 std::string seconds(double s) {
   char b[32];
   // "1.0", "2.5", but "0.05" rather than a rounded "0.1".
-  if (std::abs(s * 10.0 - std::round(s * 10.0)) < 1e-9) std::snprintf(b, sizeof b, "%.1f", s);
+  if (std::abs(s) < 1e6 && std::abs(s * 10.0 - std::round(s * 10.0)) < 1e-9) std::snprintf(b, sizeof b, "%.1f", s);
   else std::snprintf(b, sizeof b, "%g", s);
   return b;
 }
@@ -66,8 +67,11 @@ void check_positive_or_off(std::vector<std::string>& e, const char* key, double 
     e.push_back(std::string("chaos.") + key + ": must be ≥ 0 seconds (0: off) (got " + seconds(v) + ")");
 }
 
+// A duration that becomes timer ticks: [0, kMaxDurationS].
 void check_duration(std::vector<std::string>& e, const char* key, double v) {
   if (!(v >= 0.0 && std::isfinite(v))) e.push_back(std::string("chaos.") + key + ": must be ≥ 0 seconds (got " + seconds(v) + ")");
+  else if (v > kMaxDurationS)
+    e.push_back(std::string("chaos.") + key + ": must be at most 30 days (" + seconds(kMaxDurationS) + " s, got " + seconds(v) + ")");
 }
 
 void mix(std::uint64_t& h, std::uint64_t v) {
@@ -92,13 +96,14 @@ std::vector<std::string> validate(const ChaosConfig& c) {
   check_positive_or_off(e, "syncer_mtbf_s", c.syncer_mtbf_s);
   check_duration(e, "repair_s", c.repair_s);
   check_positive_or_off(e, "straggler_mtbf_s", c.straggler_mtbf_s);
-  if (!(c.straggler_factor > 0.0 && c.straggler_factor <= 1.0))
-    e.push_back("chaos.straggler_factor: must be in (0, 1] (got " + seconds(c.straggler_factor) + ")");
+  if (!(c.straggler_factor >= 1e-3 && c.straggler_factor <= 1.0))
+    e.push_back("chaos.straggler_factor: must be in [0.001, 1] (got " + seconds(c.straggler_factor) + ")");
   check_duration(e, "straggler_s", c.straggler_s);
   check_positive_or_off(e, "partition_mtbf_s", c.partition_mtbf_s);
   check_duration(e, "partition_s", c.partition_s);
   if (!(c.horizon_s > 0.0 && std::isfinite(c.horizon_s)))
     e.push_back("chaos.horizon_s: must be positive and finite (got " + seconds(c.horizon_s) + ")");
+  else check_duration(e, "horizon_s", c.horizon_s);
   return e;
 }
 

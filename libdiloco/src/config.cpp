@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -19,6 +20,13 @@
 namespace diloco {
 
 namespace {
+
+constexpr long double kMaxIndex = 2147483647.0L;         // the models index tensors with int
+constexpr long double kMaxTokens = 4611686018427387904.0L;  // 2^62: token counters are 64-bit
+constexpr long double kMaxChaosEvents = 1e7;              // chaos.cpp refuses longer schedules
+constexpr float kMaxInitStd = 100.0f;
+constexpr double kMinSpeed = 1e-3;                        // a chip at speed s waits 1/s − 1 times its compute
+constexpr double kMaxLoss = 0.999;                        // a frame is sent 1/(1 − loss) times on average
 
 using FieldPtr =
     std::variant<int*, long*, std::uint64_t*, double*, float*, bool*, std::string*, std::vector<double>*,
@@ -200,6 +208,22 @@ void assign_int(const toml::node& n, Int* dst, const std::string& key, std::vect
   *dst = static_cast<Int>(*v);
 }
 
+// A number as it would be typed: "1e+300", "0.05", "2147483647".
+std::string shown(long double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6Lg", x);
+  return buf;
+}
+
+// Whether a finite double converts to T without overflow or flushing a non-zero value to zero
+// (checked in double, before the conversion: 1e300 as a float is undefined).
+template <class T>
+bool fits(double v) {
+  if constexpr (std::is_same_v<T, float>)
+    return v == 0.0 || (std::abs(v) <= std::numeric_limits<float>::max() && std::abs(v) >= std::numeric_limits<float>::min());
+  else return true;
+}
+
 void assign(const toml::node& n, FieldPtr ptr, const std::string& key, std::vector<std::string>& errs) {
   std::visit(
       [&](auto* dst) {
@@ -245,6 +269,7 @@ void assign(const toml::node& n, FieldPtr ptr, const std::string& key, std::vect
                                                    : n.value_exact<double>();
           if (!v) errs.push_back(key + ": expected a number");
           else if (!std::isfinite(*v)) errs.push_back(key + ": must be finite");
+          else if (!fits<T>(*v)) errs.push_back(key + ": " + shown(*v) + " is out of range (a 32-bit float holds 1.2e-38 to 3.4e+38)");
           else *dst = static_cast<T>(*v);
         } else {
           assign_int(n, dst, key, errs);
@@ -320,8 +345,197 @@ std::vector<std::string> validate(const ModelConfig& m) {
                 std::to_string(m.n_head) + " != 0)");
   if (m.context < 1) e.push_back("model.context: must be ≥ 1");
   if (m.hidden < 1) e.push_back("model.hidden: must be ≥ 1");
-  if (!(m.init_std > 0.0f)) e.push_back("model.init_std: must be positive");
+  if (!(m.init_std > 0.0f && m.init_std <= kMaxInitStd))
+    e.push_back("model.init_std: must be in (0, " + shown(kMaxInitStd) + "] (got " + shown(m.init_std) + ")");
+  // The models index with int: a K·E-wide MLP input and the GPT's 4·C-wide MLP must fit.
+  if (m.kind == "mlp" && static_cast<long double>(m.context) * m.n_embd > kMaxIndex)
+    e.push_back("model.context: context × n_embd = " + shown(static_cast<long double>(m.context) * m.n_embd) +
+                " exceeds the model's index range (2^31 − 1)");
+  if (m.kind == "gpt" && 4.0L * m.n_embd > kMaxIndex)
+    e.push_back("model.n_embd: 4 × n_embd exceeds the model's index range (2^31 − 1)");
   return e;
+}
+
+namespace {
+
+// ---- what a configuration implies: memory, index ranges, event counts ----
+
+// Values of one model copy.
+long double model_parameters(const ModelConfig& m) {
+  const long double V = m.vocab, C = m.n_embd;
+  if (m.kind == "mlp") {
+    const long double K = m.context, H = m.hidden;
+    return V * C + H * K * C + H + V * H + V;  // emb, fc1.w, fc1.b, fc2.w, fc2.b
+  }
+  const long double T = m.seq_len, L = m.n_layer;
+  return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;  // wte, wpe, L blocks, lnf
+}
+
+// Tensors of the parameter layout (each carries a name, a shape and offsets).
+long double model_tensors(const ModelConfig& m) { return m.kind == "mlp" ? 5.0L : 12.0L * m.n_layer + 4; }
+
+// Bytes of one model instance's activation workspace for B windows (gpt.cpp / mlp.cpp prepare()).
+long double workspace_bytes(const ModelConfig& m, long double B) {
+  const long double T = m.seq_len, N = B * T, V = m.vocab, C = m.n_embd;
+  if (m.kind == "mlp") {
+    const long double K = m.context, H = m.hidden;
+    return 4 * (2 * N * K * C + 2 * N * H + N * V) + 4 * (N * K + N);  // x, dx, h, dh, logits; ctx, targets
+  }
+  const long double L = m.n_layer, NH = m.n_head;
+  const long double floats = L * (16 * N * C + 4 * N + B * NH * T * T) + 12 * N * C + 2 * N + N * V + T * T;
+  return 4 * floats + 4 * 2 * N;  // workspace; inputs and targets
+}
+
+// Chips of every island: islands.counts over islands.chips.
+long double total_chips(const RunConfig& c) {
+  const long double islands = std::max(c.train.islands, 0);
+  long double n = 0;
+  std::size_t listed = 0;
+  for (int k : c.islands.counts) {
+    if (listed++ >= static_cast<std::size_t>(std::max(c.train.islands, 0))) break;
+    n += k;
+  }
+  return n + (islands - static_cast<long double>(listed)) * c.islands.chips;
+}
+
+constexpr std::size_t kNoKey = static_cast<std::size_t>(-1);
+
+// The key to name when a product of sizes is too large: of the integer keys whose default would
+// lower `measure`, the one furthest above its default (value / default). kNoKey if none.
+template <class Measure>
+std::size_t culprit(const RunConfig& c, Measure measure) {
+  RunConfig d;
+  const auto defaults = fields(d);
+  std::size_t best = kNoKey;
+  long double best_ratio = 0;
+  const long double now = measure(c);
+  for (std::size_t i = 0; i < defaults.size(); ++i) {
+    RunConfig x = c;
+    auto xs = fields(x);
+    long double ratio = -1;  // < 0: not an integer size
+    std::visit(
+        [&](auto* dst) {
+          using T = std::remove_pointer_t<decltype(dst)>;
+          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            if (defaults[i].key == "seed") return;
+            const T def = *std::get<T*>(defaults[i].ptr);
+            ratio = static_cast<long double>(*dst) / std::max<long double>(static_cast<long double>(def), 1);
+            *dst = def;
+          } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+            ratio = 1;
+            *dst = *std::get<T*>(defaults[i].ptr);
+          }
+        },
+        xs[i].ptr);
+    if (ratio > best_ratio && measure(x) < now) {
+      best_ratio = ratio;
+      best = i;
+    }
+  }
+  return best;
+}
+
+// "section.key: value" of field `i` of `c`, or `fallback` when no key is to blame.
+std::string blame(const RunConfig& c, std::size_t i, const std::string& fallback) {
+  if (i == kNoKey) return fallback + ": ";
+  RunConfig x = c;
+  const auto xs = fields(x);
+  return std::string(xs[i].section) + "." + std::string(xs[i].key) + ": " + format_value(xs[i].ptr) + " ";
+}
+
+void check_memory(const RunConfig& c, std::uint64_t limit, std::vector<std::string>& e) {
+  const MemoryNeed need = memory_need(c);
+  if (need.total() <= static_cast<long double>(limit)) return;
+  const auto key = culprit(c, [](const RunConfig& x) { return memory_need(x).total(); });
+  e.push_back(blame(c, key, "model") + "needs " + format_bytes(need.total()) + " of memory (" +
+              format_bytes(need.state_bytes) + " for " + shown(need.parameters) +
+              " parameters with their gradients and optimizer state, " + format_bytes(need.activation_bytes) +
+              " of activations, " + format_bytes(need.data_bytes) + " of evaluation data; limit " +
+              format_bytes(static_cast<long double>(limit)) + ")");
+}
+
+// Products of sizes the models and counters hold in fixed-width integers.
+void check_index_ranges(const RunConfig& c, std::vector<std::string>& e) {
+  auto over = [&](const char* what, long double limit, const char* limit_label, auto measure, const char* fallback) {
+    if (measure(c) <= limit) return;
+    e.push_back(blame(c, culprit(c, measure), fallback) + "makes " + what + " = " + shown(measure(c)) +
+                ", beyond the range of the integers that hold it (" + limit_label + ")");
+  };
+  const char* tokens_per_step = c.model.kind == "gpt" ? "n_layer × batch × seq_len" : "batch × (seq_len + 1)";
+  over(tokens_per_step, kMaxIndex, "2^31 − 1", [](const RunConfig& x) {
+    const long double window = static_cast<long double>(x.train.batch) * (x.model.seq_len + 1.0L);
+    return x.model.kind == "gpt" ? std::max(window, static_cast<long double>(x.model.n_layer) * x.train.batch * x.model.seq_len)
+                                 : window;
+  }, "train.batch");
+  over("islands × steps × batch × seq_len tokens", kMaxTokens, "2^62", [](const RunConfig& x) {
+    return static_cast<long double>(std::max(x.train.islands, 1)) * x.train.steps * x.train.batch * x.model.seq_len;
+  }, "train.steps");
+}
+
+// A duration that becomes timer ticks: at most kMaxDurationS (`scale` converts the key's unit
+// to seconds).
+void check_not_too_long(std::vector<std::string>& e, const std::string& key, double v, double scale = 1.0) {
+  if (std::isfinite(v) && v * scale <= kMaxDurationS) return;
+  const char* unit = scale == 1.0 ? " s" : " ms";
+  e.push_back(key + ": must be at most 30 days (" + shown(kMaxDurationS / scale) + unit + ", got " + shown(v) + unit + ")");
+}
+
+// A WAN link must move the largest frame, the whole model in fp32, within kMaxDurationS.
+void check_bandwidth(std::vector<std::string>& e, const std::string& key, double mbps, long double parameters) {
+  if (!(mbps > 0.0)) return;  // reported as not positive
+  const long double seconds = 4.0L * parameters * 8.0L / (static_cast<long double>(mbps) * 1e6L);
+  if (seconds <= kMaxDurationS) return;
+  e.push_back(key + ": a full-model frame (" + format_bytes(4.0L * parameters) + ") would take " + shown(seconds) +
+              " s at " + shown(mbps) + " Mbit/s, more than 30 days");
+}
+
+// The chaos schedule must stay within chaos.cpp's event budget: about horizon / MTBF events per unit.
+void check_chaos_events(const RunConfig& c, std::vector<std::string>& e) {
+  const auto& ch = c.chaos;
+  if (!ch.enabled || !(ch.horizon_s > 0.0)) return;
+  const long double sites = site_count(c);
+  struct Kind {
+    const char* key;
+    double mtbf;
+    long double units;
+  };
+  const Kind kinds[] = {{"chip_mtbf_s", ch.chip_mtbf_s, total_chips(c)},
+                        {"island_mtbf_s", ch.island_mtbf_s, static_cast<long double>(std::max(c.train.islands, 0))},
+                        {"syncer_mtbf_s", ch.syncer_mtbf_s, 1.0L},
+                        {"straggler_mtbf_s", ch.straggler_mtbf_s, static_cast<long double>(std::max(c.train.islands, 0))},
+                        {"partition_mtbf_s", ch.partition_mtbf_s, sites}};
+  long double events = 0, worst = 0;
+  const Kind* blamed = nullptr;
+  for (const auto& k : kinds) {
+    if (!(k.mtbf > 0.0)) continue;
+    const long double n = k.units * ch.horizon_s / k.mtbf;
+    events += n;
+    if (n > worst) worst = n, blamed = &k;
+  }
+  if (events <= kMaxChaosEvents || !blamed) return;
+  e.push_back(std::string("chaos.") + blamed->key + ": " + shown(blamed->mtbf) + " s over chaos.horizon_s = " +
+              shown(ch.horizon_s) + " s means about " + shown(events) + " faults (limit " + shown(kMaxChaosEvents) + ")");
+}
+
+}  // namespace
+
+MemoryNeed memory_need(const RunConfig& c) {
+  MemoryNeed n;
+  n.parameters = model_parameters(c.model);
+  const long double islands = std::max(c.train.islands, 1);
+  // Every island holds parameters, gradients and AdamW's m and v; ddp one set plus the sum.
+  const long double copies = c.train.mode == "ddp" ? 5.0L : 4.0L * islands;
+  constexpr long double kTensorBytes = 64;  // name, shape and offsets per tensor (at least)
+  n.state_bytes = 4.0L * n.parameters * copies + kTensorBytes * model_tensors(c.model);
+  // The reference loops share one model workspace; on actors every chip has its own.
+  const long double models = c.train.mode == "decoupled" ? std::max(total_chips(c), 1.0L) : 1.0L;
+  n.activation_bytes = models * workspace_bytes(c.model, c.train.batch);
+  const long double window = c.model.seq_len + 1.0L;
+  n.data_bytes = static_cast<long double>(std::max(c.train.eval_batches, 0)) *
+                 (static_cast<long double>(c.train.batch) * window + sizeof(Batch));
+  if (c.data.corpus == "synthetic")  // the evaluation split, and a document in the making per stream
+    n.data_bytes += static_cast<long double>(c.data.eval_tokens) + (islands + 1) * std::max(c.data.doc_len, 0);
+  return n;
 }
 
 int site_count(const RunConfig& c) { return c.sites.empty() ? c.train.islands : static_cast<int>(c.sites.size()); }
@@ -365,7 +579,7 @@ LinkConfig link_config(const RunConfig& c, int site, bool up) {
   return l;
 }
 
-std::vector<std::string> validate(const RunConfig& c) {
+std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit) {
   std::vector<std::string> e = validate(c.model);
   auto add = [&](std::vector<std::string> more) { e.insert(e.end(), more.begin(), more.end()); };
   add(validate(c.data));
@@ -383,12 +597,20 @@ std::vector<std::string> validate(const RunConfig& c) {
   else if (t.budget == "total_tokens" && t.mode != "decoupled")
     e.push_back("train.budget: \"total_tokens\" is for mode \"decoupled\" (the synchronous modes step together)");
   if (!(t.final_sync_s >= 0.0) || !std::isfinite(t.final_sync_s)) e.push_back("train.final_sync_s: must be a finite number ≥ 0");
+  else check_not_too_long(e, "train.final_sync_s", t.final_sync_s);
   if (t.batch < 1) e.push_back("train.batch: must be ≥ 1 (got " + std::to_string(t.batch) + ")");
   if (t.H < 1) e.push_back("train.H: must be ≥ 1 (got " + std::to_string(t.H) + ")");
   if (t.eval_batches < 1) e.push_back("train.eval_batches: must be ≥ 1");
   const auto& f = c.fragments;
+  // Fragments split the model by layer (strided) or by tensor (balanced); none may be empty.
+  const int layers = std::clamp(c.model.n_layer, 1, 1 << 24);
+  const int units = c.model.kind == "mlp" ? (f.plan == "balanced" ? 5 : 2) : (f.plan == "balanced" ? 12 * layers + 4 : layers + 1);
   if (f.count < 1) e.push_back("fragments.count: must be ≥ 1 (got " + std::to_string(f.count) + ")");
   else if (f.count > t.H && t.H >= 1) e.push_back("fragments.count: must not exceed train.H (each fragment needs its own step)");
+  else if (f.count > units)
+    e.push_back("fragments.count: " + std::to_string(f.count) + " fragments, but the model has only " + std::to_string(units) +
+                (f.plan == "balanced" ? " tensors" : " layers (the embeddings count with the first block, the final norm as one)") +
+                " to split among them");
   if (f.plan != "strided" && f.plan != "balanced")
     e.push_back("fragments.plan: must be \"strided\" or \"balanced\" (got \"" + f.plan + "\")");
   if (f.tau < 0 || (t.H >= 1 && f.tau >= t.H))
@@ -410,7 +632,8 @@ std::vector<std::string> validate(const RunConfig& c) {
   if (is.speed.size() > static_cast<std::size_t>(std::max(t.islands, 0)))
     e.push_back("islands.speed: " + std::to_string(is.speed.size()) + " entries for " + std::to_string(t.islands) + " islands");
   for (double v : is.speed)
-    if (!(v > 0.0 && v <= 1.0)) e.push_back("islands.speed: every entry must be in (0, 1]");
+    if (!(v >= kMinSpeed && v <= 1.0))
+      e.push_back("islands.speed: every entry must be in [0.001, 1] (got " + shown(v) + "; a chip waits 1/speed − 1 times its compute time)");
   if (c.syncer.snapshot_every < 0) e.push_back("syncer.snapshot_every: must be ≥ 0");
   const auto& sv = c.supervision;
   if (sv.strategy != "one_for_one" && sv.strategy != "one_for_all" && sv.strategy != "rest_for_one")
@@ -420,6 +643,9 @@ std::vector<std::string> validate(const RunConfig& c) {
   if (!(sv.backoff_initial_s >= 0.0)) e.push_back("supervision.backoff_initial_s: must be ≥ 0");
   if (!(sv.backoff_max_s >= sv.backoff_initial_s)) e.push_back("supervision.backoff_max_s: must be ≥ backoff_initial_s");
   if (!(sv.backoff_factor >= 1.0)) e.push_back("supervision.backoff_factor: must be ≥ 1");
+  check_not_too_long(e, "supervision.period_s", sv.period_s);
+  check_not_too_long(e, "supervision.backoff_initial_s", sv.backoff_initial_s);
+  check_not_too_long(e, "supervision.backoff_max_s", sv.backoff_max_s);
   for (std::size_t k = 0; k < c.faults.size(); ++k) {
     const auto& ft = c.faults[k];
     const std::string key = "faults[" + std::to_string(k) + "]";
@@ -436,7 +662,9 @@ std::vector<std::string> validate(const RunConfig& c) {
     if (site_fault && site_index(c, ft.site) < 0) e.push_back(key + ".site: no such site \"" + ft.site + "\"");
     if (site_fault && !(ft.duration_s > 0.0)) e.push_back(key + ".duration_s: a partition needs a positive duration");
     if (!(ft.duration_s >= 0.0)) e.push_back(key + ".duration_s: must be ≥ 0");
-    if (!(ft.factor > 0.0 && ft.factor <= 1.0)) e.push_back(key + ".factor: must be in (0, 1]");
+    check_not_too_long(e, key + ".duration_s", ft.duration_s);
+    if (ft.at_s >= 0.0) check_not_too_long(e, key + ".at_s", ft.at_s);
+    if (!(ft.factor >= kMinSpeed && ft.factor <= 1.0)) e.push_back(key + ".factor: must be in [0.001, 1] (got " + shown(ft.factor) + ")");
   }
   if (!c.sites.empty()) {
     std::vector<int> owner(static_cast<std::size_t>(std::max(t.islands, 0)), -1);
@@ -456,9 +684,11 @@ std::vector<std::string> validate(const RunConfig& c) {
         else owner[static_cast<std::size_t>(i)] = static_cast<int>(k);
       }
       if (st.bandwidth_mbps == 0.0) e.push_back(key + ".bandwidth_mbps: must be positive (or negative for [wan])");
-      if (st.loss >= 1.0) e.push_back(key + ".loss: must be < 1");
+      else if (c.wan.enabled) check_bandwidth(e, key + ".bandwidth_mbps", st.bandwidth_mbps, model_parameters(c.model));
+      if (st.loss > kMaxLoss) e.push_back(key + ".loss: must be at most 0.999 (got " + shown(st.loss) + "; each loss resends the frame)");
       if (st.jitter_ms >= 0.0 && st.jitter_ms > (st.latency_ms >= 0.0 ? st.latency_ms : c.wan.latency_ms))
         e.push_back(key + ".jitter_ms: must not exceed the link's latency");
+      if (st.latency_ms >= 0.0) check_not_too_long(e, key + ".latency_ms", st.latency_ms, 1e-3);
     }
     for (std::size_t i = 0; i < owner.size(); ++i)
       if (owner[i] < 0) e.push_back("sites: island " + std::to_string(i) + " belongs to no site");
@@ -470,21 +700,40 @@ std::vector<std::string> validate(const RunConfig& c) {
   if (!(n.timeout_ms > n.heartbeat_ms)) e.push_back("net.timeout_ms: must exceed net.heartbeat_ms");
   if (!(n.reconnect_initial_ms > 0.0)) e.push_back("net.reconnect_initial_ms: must be positive");
   if (!(n.reconnect_max_ms >= n.reconnect_initial_ms)) e.push_back("net.reconnect_max_ms: must be ≥ net.reconnect_initial_ms");
+  check_not_too_long(e, "net.heartbeat_ms", n.heartbeat_ms, 1e-3);
+  check_not_too_long(e, "net.timeout_ms", n.timeout_ms, 1e-3);
+  check_not_too_long(e, "net.reconnect_initial_ms", n.reconnect_initial_ms, 1e-3);
+  check_not_too_long(e, "net.reconnect_max_ms", n.reconnect_max_ms, 1e-3);
   add(validate(c.chaos));
   if (!(c.chaos.downtime_gap_s >= 0.0)) e.push_back("chaos.downtime_gap_s: must be ≥ 0");
+  check_not_too_long(e, "chaos.downtime_gap_s", c.chaos.downtime_gap_s);
+  check_chaos_events(c, e);
   const auto& w = c.wan;
   if (!(w.bandwidth_mbps > 0.0)) e.push_back("wan.bandwidth_mbps: must be positive");
+  else if (w.enabled) check_bandwidth(e, "wan.bandwidth_mbps", w.bandwidth_mbps, model_parameters(c.model));
   if (!(w.latency_ms >= 0.0)) e.push_back("wan.latency_ms: must be ≥ 0");
+  check_not_too_long(e, "wan.latency_ms", w.latency_ms, 1e-3);
   if (!(w.jitter_ms >= 0.0 && w.jitter_ms <= w.latency_ms)) e.push_back("wan.jitter_ms: must be in [0, wan.latency_ms]");
-  if (!(w.loss >= 0.0 && w.loss < 1.0)) e.push_back("wan.loss: must be in [0, 1)");
+  if (!(w.loss >= 0.0 && w.loss <= kMaxLoss)) e.push_back("wan.loss: must be in [0, 0.999] (got " + shown(w.loss) + "; each loss resends the frame)");
   if (!(w.retransmit_timeout_ms >= 0.0)) e.push_back("wan.retransmit_timeout_ms: must be ≥ 0");
+  check_not_too_long(e, "wan.retransmit_timeout_ms", w.retransmit_timeout_ms, 1e-3);
+  if (c.data.corpus == "synthetic" && c.model.seq_len >= 1 && c.data.eval_tokens < static_cast<std::uint64_t>(c.model.seq_len) + 1)
+    e.push_back("data.eval_tokens: " + std::to_string(c.data.eval_tokens) + " tokens hold no window of model.seq_len + 1 = " +
+                std::to_string(c.model.seq_len + 1));
   if (c.quorum.min_islands > t.islands)
     e.push_back("quorum.min_islands: exceeds train.islands (" + std::to_string(c.quorum.min_islands) + " > " +
                 std::to_string(t.islands) + ")");
+  // Sizes by what they imply, once every single value is in range (a product of bad values
+  // would only repeat what is already said).
+  if (e.empty()) {
+    check_index_ranges(c, e);
+    check_memory(c, memory_limit, e);
+  }
   return e;
 }
 
-RunConfig parse_config(std::string_view text, const std::vector<std::string>& overrides, std::string_view origin) {
+RunConfig parse_config(std::string_view text, const std::vector<std::string>& overrides, std::string_view origin,
+                       std::uint64_t memory_limit) {
   std::vector<std::string> errs;
   toml::table root;
   try {
@@ -546,17 +795,17 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
     }
   }
   cfg.quorum.tau = cfg.fragments.tau;
-  if (errs.empty()) errs = validate(cfg);
+  if (errs.empty()) errs = validate(cfg, memory_limit);
   if (!errs.empty()) throw ConfigError(std::move(errs));
   return cfg;
 }
 
-RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, std::uint64_t memory_limit) {
   std::ifstream in(path);
   if (!in) throw ConfigError({path + ": cannot open the configuration file"});
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_config(ss.str(), overrides, path);
+  return parse_config(ss.str(), overrides, path, memory_limit);
 }
 
 std::string default_config_toml() {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "diloco/limits.hpp"
+
 namespace diloco {
 
 double contribution_weight(const Contribution& c, const std::string& weighting) {
@@ -102,8 +104,8 @@ std::vector<std::string> validate(const QuorumConfig& c) {
   if (c.min_islands < 1) e.push_back("quorum.min_islands: must be ≥ 1");
   if (c.grace != "none" && c.grace != "fixed" && c.grace != "adaptive")
     e.push_back("quorum.grace: must be \"none\", \"fixed\" or \"adaptive\" (got \"" + c.grace + "\")");
-  if (!(c.grace_s >= 0.0)) e.push_back("quorum.grace_s: must be ≥ 0");
-  if (!(c.gamma >= 0.0)) e.push_back("quorum.gamma: must be ≥ 0");
+  if (!(c.grace_s >= 0.0 && c.grace_s <= kMaxDurationS)) e.push_back("quorum.grace_s: must be in [0, 2592000] s (30 days)");
+  if (!(c.gamma >= 0.0 && c.gamma <= 100.0)) e.push_back("quorum.gamma: must be in [0, 100]");
   return e;
 }
 

@@ -6,6 +6,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "diloco/limits.hpp"
+
 namespace diloco {
 
 Strategy parse_strategy(const std::string& s) {
@@ -47,6 +49,11 @@ std::vector<std::string> validate(const SupervisorFlags& f, const std::vector<Ch
   if (!(f.backoff_initial_s >= 0.0)) e.push_back("supervision.backoff_initial_s: must be ≥ 0");
   if (!(f.backoff_max_s >= f.backoff_initial_s)) e.push_back("supervision.backoff_max_s: must be ≥ backoff_initial_s");
   if (!(f.backoff_factor >= 1.0)) e.push_back("supervision.backoff_factor: must be ≥ 1");
+  // Periods and back-offs become timer ticks: at most kMaxDurationS.
+  for (auto [v, key] : {std::pair{f.period_s, "period_s"}, {f.backoff_initial_s, "backoff_initial_s"},
+                        {f.backoff_max_s, "backoff_max_s"}})
+    if (std::isfinite(v) && v > kMaxDurationS)
+      e.push_back(std::string("supervision.") + key + ": must be at most 30 days (2592000 s)");
   std::set<std::string> ids;
   for (const auto& c : children) {
     if (c.id.empty()) e.push_back("child: empty id");

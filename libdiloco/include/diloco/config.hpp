@@ -10,6 +10,7 @@
 
 #include "diloco/chaos.hpp"
 #include "diloco/data.hpp"
+#include "diloco/limits.hpp"
 #include "diloco/merge.hpp"
 #include "diloco/model.hpp"
 #include "diloco/optim.hpp"
@@ -169,8 +170,23 @@ std::vector<int> islands_of_site(const RunConfig& cfg, int site);
 /// [[sites]] values over [wan]'s.
 LinkConfig link_config(const RunConfig& cfg, int site, bool up);
 
-/// Every problem of `cfg`, one "section.key: problem" line each; empty when valid.
-std::vector<std::string> validate(const RunConfig& cfg);
+/// What a configuration implies in memory, so that an absurd size is refused with its key before
+/// anything is allocated. Estimated in long double: no value, however large, overflows it. A
+/// lower bound of what a run allocates (the reference loops hold one model workspace, the actor
+/// runtime one per chip).
+struct MemoryNeed {
+  long double parameters = 0;        // values of one model copy
+  long double state_bytes = 0;       // parameters, gradients and AdamW moments of every island
+  long double activation_bytes = 0;  // activation workspaces of train.batch windows
+  long double data_bytes = 0;        // evaluation batches, evaluation split, documents being made
+  long double total() const { return state_bytes + activation_bytes + data_bytes; }
+};
+MemoryNeed memory_need(const RunConfig& cfg);
+
+/// Every problem of `cfg`, one "section.key: problem" line each; empty when valid. Sizes are
+/// bounded by what they imply: the run must fit in `memory_limit` bytes (see memory_need()) and
+/// in the models' index range; durations by kMaxDurationS.
+std::vector<std::string> validate(const RunConfig& cfg, std::uint64_t memory_limit = kDefaultMemoryLimit);
 std::vector<std::string> validate(const ModelConfig& cfg);
 
 /// A configuration that cannot be used; what() lists every problem, each naming its key.
@@ -185,11 +201,13 @@ private:
 
 /// Parses TOML text over the defaults, applies `overrides` ("section.key=value", value in TOML
 /// syntax), and validates. Unknown sections or keys and wrongly typed values are errors.
-/// `origin` names the text in messages (a file name). Throws ConfigError.
+/// `origin` names the text in messages (a file name); `memory_limit` goes to validate(). Throws
+/// ConfigError.
 RunConfig parse_config(std::string_view toml, const std::vector<std::string>& overrides = {},
-                       std::string_view origin = "config");
+                       std::string_view origin = "config", std::uint64_t memory_limit = kDefaultMemoryLimit);
 /// Reads and parses a TOML file; throws ConfigError (also if the file cannot be read).
-RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                      std::uint64_t memory_limit = kDefaultMemoryLimit);
 /// The defaults as TOML text (what `diloco config` prints), every key present.
 std::string default_config_toml();
 
