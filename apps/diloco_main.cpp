@@ -215,19 +215,30 @@ std::vector<diloco::Policy> policies(const std::string& p) {
 int run(Flags& f) {
   using namespace diloco;
   auto& c = f.cfg;
-  c.chips = parse_count(f.chips);
-  c.mtbi_s = parse_duration(f.mtbi);
-  c.horizon_s = parse_duration(f.horizon);
-  c.detect_s = parse_duration(f.detect);
-  c.restart_s = parse_duration(f.restart);
-  c.swap_s = parse_duration(f.swap);
-  c.reconfig_s = parse_duration(f.reconfig);
-  c.heal_s = parse_duration(f.heal);
-  c.checkpoint_s = parse_duration(f.checkpoint);
-  c.step_s = parse_duration(f.step);
-  c.sync_latency_s = parse_duration(f.sync_latency);
-  c.quorum.grace_s = parse_duration(f.grace_window);
-  c.series_every_s = parse_duration(f.series);
+  // Every flag is parsed before anything runs; a bad one is named with the reason.
+  std::vector<std::string> errors;
+  auto parse = [&](auto parser, const std::string& text, const char* flag, double& out) {
+    try {
+      out = parser(text);
+    } catch (const std::invalid_argument& e) {
+      errors.push_back(std::string(flag) + ": " + e.what());
+    }
+  };
+  const auto count = [](const std::string& s) { return parse_count(s); };
+  const auto duration = [](const std::string& s) { return parse_duration(s); };
+  parse(count, f.chips, "--chips", c.chips);
+  parse(duration, f.mtbi, "--mtbi", c.mtbi_s);
+  parse(duration, f.horizon, "--horizon", c.horizon_s);
+  parse(duration, f.detect, "--detect", c.detect_s);
+  parse(duration, f.restart, "--restart", c.restart_s);
+  parse(duration, f.swap, "--swap", c.swap_s);
+  parse(duration, f.reconfig, "--reconfig", c.reconfig_s);
+  parse(duration, f.heal, "--heal", c.heal_s);
+  parse(duration, f.checkpoint, "--checkpoint", c.checkpoint_s);
+  parse(duration, f.step, "--step", c.step_s);
+  parse(duration, f.sync_latency, "--sync-latency", c.sync_latency_s);
+  parse(duration, f.grace_window, "--grace-window", c.quorum.grace_s);
+  parse(duration, f.series, "--series", c.series_every_s);
   const auto which = policies(f.policy);
   const bool sweep = f.sweep || !f.sweep_chips.empty() || !f.sweep_learners.empty();
 
@@ -235,13 +246,13 @@ int run(Flags& f) {
   std::vector<int> learner_list{c.learners};
   if (sweep) {
     chips_list.clear();
-    for (const auto& s : f.sweep_chips) chips_list.push_back(parse_count(s));
+    for (const auto& s : f.sweep_chips) parse(count, s, "--sweep-chips", chips_list.emplace_back());
     if (chips_list.empty()) chips_list = {150e3, 300e3, 600e3, 1.2e6, 2.4e6};
     learner_list = f.sweep_learners.empty() ? std::vector<int>{2, 4, 8, 16} : f.sweep_learners;
     c.series_every_s = 0;
   }
+  if (!errors.empty()) throw ConfigError(errors);
   // Validate every combination up front, naming the flag.
-  std::vector<std::string> errors;
   for (double n : chips_list)
     for (int m : learner_list) {
       SimConfig x = c;

@@ -294,3 +294,33 @@ BOOST_AUTO_TEST_CASE(invalid_configuration_names_the_flag) {
   BOOST_CHECK_THROW(simulate(Policy::elastic, c, {}), std::invalid_argument);
   BOOST_TEST(validate(SimConfig{}).empty());
 }
+
+BOOST_AUTO_TEST_CASE(a_horizon_or_failure_rate_that_implies_too_many_events_is_refused_naming_the_flag) {
+  auto first = [](const SimConfig& c) {
+    const auto e = validate(c);
+    return e.empty() ? std::string("(valid)") : e.front();
+  };
+  SimConfig c;
+  c.horizon_s = 1e9 * kYear;  // --horizon 1e9y: about 1.2e15 interruptions
+  BOOST_TEST(first(c).rfind("--horizon: --chips × --horizon / --mtbi means about 1.2e+15 interruptions", 0) == 0u, first(c));
+  BOOST_CHECK_THROW(poisson_trace(c), std::invalid_argument);  // refused before any allocation
+  SimConfig d;
+  d.chips = 2.4e6;
+  d.mtbi_s = kMinute;  // --chips 2.4M --mtbi 1m
+  BOOST_TEST(first(d).rfind("--mtbi: ", 0) == 0u, first(d));
+  BOOST_TEST(first(d).find("1.26e+12 interruptions, 18.4 TiB of trace") != std::string::npos, first(d));
+  SimConfig s;
+  s.step_s = 1e-9;  // a learner round every 100 ns over a year
+  BOOST_TEST(first(s).rfind("--step: ", 0) == 0u, first(s));
+  SimConfig t;
+  t.slice_chips = 1;
+  t.chips = 1e12;
+  t.mtbi_s = 1e9 * kYear;
+  BOOST_TEST(first(t).rfind("--slice: 1e+12 slices of 1 chips need", 0) == 0u, first(t));
+  SimConfig u;
+  u.restart_s = 1e300;
+  BOOST_TEST(first(u) == "--restart: must be a finite duration in [0, 1000y]");
+  SimConfig m;
+  m.learners = 2147483647;
+  BOOST_TEST(first(m).rfind("--learners: must be in [1, 65536]", 0) == 0u, first(m));
+}

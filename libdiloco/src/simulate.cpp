@@ -11,6 +11,7 @@
 #include <queue>
 #include <stdexcept>
 
+#include "diloco/limits.hpp"
 #include "diloco/rng.hpp"
 
 namespace diloco {
@@ -364,6 +365,29 @@ PolicyResult simulate_decoupled(const SimConfig& cfg, std::span<const Interrupti
   return r;
 }
 
+// Bounds of what one simulation may hold and replay (validate() names the flag that exceeds them).
+constexpr double kMaxTraceEvents = 5e7;  // interruptions in memory (16 bytes each)
+constexpr double kMaxSlices = 1e8;       // per-slice state: owner, excluded flag, return time
+constexpr double kSliceBytes = 16;
+constexpr int kMaxLearners = 65536;
+constexpr double kMaxSends = 1e8;        // learner rounds replayed, each visiting every learner
+constexpr double kMaxDelay = 1000 * kYear;
+
+std::string number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+// The flag whose value is furthest out (largest factor past its default).
+const char* blame(std::initializer_list<std::pair<const char*, double>> factors) {
+  const char* flag = factors.begin()->first;
+  double most = -1;
+  for (const auto& [f, x] : factors)
+    if (x > most || std::isnan(x)) most = x, flag = f;
+  return flag;
+}
+
 double parse_scaled(std::string_view text, const char* what, double (*unit)(char)) {
   const std::string s(text);
   if (s.empty()) throw std::invalid_argument(std::string(what) + ": empty value");
@@ -399,30 +423,55 @@ std::uint32_t slice_count(const SimConfig& cfg) {
 std::vector<std::string> validate(const SimConfig& c) {
   std::vector<std::string> e;
   if (!(c.chips >= 1)) e.push_back("--chips: must be ≥ 1");
-  if (c.learners < 1) e.push_back("--learners: must be ≥ 1");
+  if (c.learners < 1 || c.learners > kMaxLearners)
+    e.push_back("--learners: must be in [1, " + std::to_string(kMaxLearners) + "] (every event visits every learner)");
   if (!(c.slice_chips >= 1)) e.push_back("--slice: must be ≥ 1 chip");
   if (c.chips >= 1 && c.slice_chips >= 1 && c.learners >= 1 && slice_count(c) < static_cast<std::uint32_t>(c.learners))
     e.push_back("--slice: fewer slices than learners (each learner needs at least one slice)");
-  if (c.chips / std::max(1.0, c.slice_chips) > 4e9) e.push_back("--slice: too many slices (> 4e9)");
+  if (c.chips / std::max(1.0, c.slice_chips) > kMaxSlices)
+    e.push_back("--slice: " + number(c.chips / std::max(1.0, c.slice_chips)) + " slices of " + number(c.slice_chips) +
+                " chips need " + format_bytes(kSliceBytes * c.chips / std::max(1.0, c.slice_chips)) +
+                " of per-slice state (limit " + number(kMaxSlices) + " slices)");
   if (c.spare_slices < 0) e.push_back("--spares: must be ≥ 0");
   if (!(c.mtbi_s > 0)) e.push_back("--mtbi: must be > 0");
   if (!(c.horizon_s > 0)) e.push_back("--horizon: must be > 0");
   for (auto [v, name] : {std::pair{c.detect_s, "--detect"}, {c.restart_s, "--restart"}, {c.swap_s, "--swap"},
                          {c.reconfig_s, "--reconfig"}, {c.heal_s, "--heal"}, {c.checkpoint_s, "--checkpoint"},
                          {c.sync_latency_s, "--sync-latency"}, {c.series_every_s, "--series"}})
-    if (!(v >= 0 && std::isfinite(v))) e.push_back(std::string(name) + ": must be a finite duration ≥ 0");
+    if (!(v >= 0 && v <= kMaxDelay)) e.push_back(std::string(name) + ": must be a finite duration in [0, 1000y]");
   if (c.learner_recovery != "elastic" && c.learner_recovery != "restart")
     e.push_back("--learner-recovery: must be \"elastic\" or \"restart\" (got \"" + c.learner_recovery + "\")");
   if (!(c.step_s > 0)) e.push_back("--step: must be > 0");
   if (c.inner_steps < 1) e.push_back("--inner-steps: must be ≥ 1");
   if (c.quorum.min_islands > c.learners) e.push_back("--quorum: K must be ≤ --learners");
+  if (c.quorum.tau < 0) e.push_back("--tau: must be ≥ 0");
   for (auto& s : validate(c.quorum)) e.push_back(s);
   for (auto& s : validate(c.merge)) e.push_back(s);
   if (c.series_every_s > 0 && c.horizon_s / c.series_every_s > 1e6) e.push_back("--series: more than 1e6 points");
+  if (!e.empty()) return e;
+  // What the values imply together: the trace held in memory and the events replayed. The flag
+  // named is the one furthest from its default in the direction that makes the work grow.
+  const SimConfig d;
+  const double events = c.chips / c.mtbi_s * c.horizon_s;
+  if (!(events <= kMaxTraceEvents)) {
+    const char* flag = blame({{"--horizon", c.horizon_s / d.horizon_s}, {"--chips", c.chips / d.chips}, {"--mtbi", d.mtbi_s / c.mtbi_s}});
+    e.push_back(std::string(flag) + ": --chips × --horizon / --mtbi means about " + number(events) + " interruptions, " +
+                format_bytes(static_cast<long double>(events) * sizeof(Interruption)) + " of trace (limit " +
+                number(kMaxTraceEvents) + ", " + format_bytes(kMaxTraceEvents * sizeof(Interruption)) + ")");
+  }
+  const double sends = c.learners * c.horizon_s / (c.inner_steps * c.step_s);
+  if (!(sends <= kMaxSends)) {
+    const char* flag = blame({{"--horizon", c.horizon_s / d.horizon_s}, {"--step", d.step_s / c.step_s},
+                              {"--inner-steps", static_cast<double>(d.inner_steps) / c.inner_steps},
+                              {"--learners", static_cast<double>(c.learners) / d.learners}});
+    e.push_back(std::string(flag) + ": --learners × --horizon / (--inner-steps × --step) means about " + number(sends) +
+                " outer-gradient sends to replay (limit " + number(kMaxSends) + ")");
+  }
   return e;
 }
 
 std::vector<Interruption> poisson_trace(const SimConfig& cfg) {
+  if (const auto errors = validate(cfg); !errors.empty()) throw std::invalid_argument("poisson_trace: " + errors.front());
   std::vector<Interruption> trace;
   const std::uint32_t slices = slice_count(cfg);
   const double rate = cfg.chips / cfg.mtbi_s;  // superposition of per-chip Poisson processes
