@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE checkpoint
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -327,4 +328,62 @@ BOOST_AUTO_TEST_CASE(the_file_is_safetensors_that_other_tools_can_read) {
         "assert h[sys.argv[2]]['dtype']=='F32'\" " + path + " " + first.name;
     BOOST_TEST(std::system(cmd.c_str()) == 0);
   }
+}
+
+namespace {
+// A safetensors file of `header` and `data_bytes` zero bytes of data.
+std::vector<std::byte> safetensors_of(const std::string& header, std::size_t data_bytes = 0) {
+  std::vector<std::byte> f(8 + header.size() + data_bytes, std::byte{0});
+  const std::uint64_t n = header.size();
+  std::memcpy(f.data(), &n, 8);
+  std::memcpy(f.data() + 8, header.data(), header.size());
+  return f;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_shape_whose_byte_size_wraps_past_64_bits_is_refused) {
+  // 2^62 F32 values are 2^64 bytes: multiplied unchecked they wrap to 0 and match [0, 0].
+  const auto f = safetensors_of(R"({"x":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})");
+  auto sf = read_safetensors(f);
+  BOOST_TEST_REQUIRE(!sf.has_value());
+  BOOST_TEST(sf.error().code == errc::corrupt_checkpoint);
+  BOOST_TEST(sf.error().reason.find("tensor 'x' of 4611686018427387904 F32 values needs more bytes") != std::string::npos,
+             sf.error().reason);
+  // Shapes that fit the data section exactly still read.
+  BOOST_TEST(read_safetensors(safetensors_of(R"({"x":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 16)).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_huge_or_deeply_nested_header_is_refused_before_it_is_parsed) {
+  // 100 MB of nested arrays: refused on its length alone.
+  const std::size_t big = 100u << 20;
+  std::string nested = "{\"a\":" + std::string(big / 2, '[') + std::string(big / 2, ']') + "}";
+  auto sf = read_safetensors(safetensors_of(nested));
+  BOOST_TEST_REQUIRE(!sf.has_value());
+  BOOST_TEST(sf.error().reason.find("exceeds") != std::string::npos, sf.error().reason);
+  // Within the length bound, nesting past an entry's shape array is refused at its first bracket.
+  nested = "{\"a\":" + std::string(4u << 20, '[') + std::string(4u << 20, ']') + "}";
+  const auto t0 = std::chrono::steady_clock::now();
+  sf = read_safetensors(safetensors_of(nested));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_REQUIRE(!sf.has_value());
+  BOOST_TEST(sf.error().reason == "header nests deeper than 3 levels (at byte 7)");
+  BOOST_TEST(seconds < 1.0);
+  // Brackets inside strings are text, not nesting.
+  BOOST_TEST(read_safetensors(safetensors_of(R"({"__metadata__":{"note":"[[[[{{{{\"]]"}})")).has_value());
+  // A 20 MiB header of whitespace around an empty object was accepted; it is far beyond any
+  // checkpoint's needs.
+  sf = read_safetensors(safetensors_of("{" + std::string(20u << 20, ' ') + "}"));
+  BOOST_TEST_REQUIRE(!sf.has_value());
+  BOOST_TEST(sf.error().reason.find("exceeds 16777216") != std::string::npos, sf.error().reason);
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_whose_header_no_reader_would_accept_is_not_written) {
+  Run r;
+  TempDir t;
+  Checkpoint cp = make_state(r, 0, 3);
+  cp.metadata["notes"] = std::string(17u << 20, 'x');
+  const auto st = save_checkpoint(t.file("big.safetensors"), r.layout(), r.plan, cp);
+  BOOST_TEST_REQUIRE(!st.has_value());
+  BOOST_TEST(st.error().reason.find("exceeds the 16777216") != std::string::npos, st.error().reason);
+  BOOST_TEST(!fs::exists(t.file("big.safetensors")));
 }

@@ -24,7 +24,11 @@ static_assert(std::endian::native == std::endian::little, "checkpoint data is wr
 
 constexpr std::string_view kFormat = "diloco-checkpoint";
 constexpr std::string_view kVersion = "1";
-constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the safetensors reference limit
+// A diloco header lists each tensor in about 100 bytes: 16 MiB holds 160k tensors (models of
+// 13k blocks), far below the 100 MB the safetensors reference accepts. Nesting: the root object,
+// an entry object, its shape or data_offsets array.
+constexpr std::uint64_t kMaxHeaderBytes = 16u << 20;
+constexpr int kMaxHeaderDepth = 3;
 
 using json = nlohmann::json;
 
@@ -219,6 +223,29 @@ std::vector<std::uint64_t> parse_list(const std::string& s, bool& ok) {
   return v;
 }
 
+// Refuses JSON nested deeper than a safetensors header ever is, in one pass over the bytes and
+// before any parser allocates a node: a 16 MiB "[[[[..." is refused at its fourth byte.
+Status check_nesting(std::string_view h) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    const char ch = h[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > kMaxHeaderDepth)
+        return corrupt("header nests deeper than " + std::to_string(kMaxHeaderDepth) + " levels (at byte " + num(i) + ")");
+    } else if (ch == '}' || ch == ']') {
+      --depth;
+    }
+  }
+  return {};
+}
+
 Expected<SafetensorsFile> read_safetensors_impl(std::span<const std::byte> file) {
   if (file.size() < 8) return corrupt("file of " + num(file.size()) + " bytes is shorter than the 8-byte header length");
   std::uint64_t n;
@@ -226,6 +253,7 @@ Expected<SafetensorsFile> read_safetensors_impl(std::span<const std::byte> file)
   if (n > kMaxHeaderBytes) return corrupt("header length " + num(n) + " exceeds " + num(kMaxHeaderBytes));
   if (n > file.size() - 8) return Error{errc::truncated, "header of " + num(n) + " bytes but the file has " + num(file.size() - 8) + " after the length"};
   const char* hb = reinterpret_cast<const char*>(file.data() + 8);
+  if (auto st = check_nesting({hb, static_cast<std::size_t>(n)}); !st) return st.error();
   json h = json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded() || !h.is_object()) return corrupt("header is not a JSON object");
   SafetensorsFile f;
@@ -267,7 +295,11 @@ Expected<SafetensorsFile> read_safetensors_impl(std::span<const std::byte> file)
     t.end = (*off)[1].get<std::uint64_t>();
     if (t.begin > t.end || t.end > f.data.size())
       return corrupt("tensor '" + key + "' data_offsets [" + num(t.begin) + ", " + num(t.end) + "] outside the " + num(f.data.size()) + "-byte data section");
-    if (t.end - t.begin != elems * eb)
+    std::uint64_t bytes = 0;  // checked: 2^62 F32 values are 2^64 bytes, which wraps to 0
+    if (__builtin_mul_overflow(elems, static_cast<std::uint64_t>(eb), &bytes) || bytes > f.data.size())
+      return corrupt("tensor '" + key + "' of " + num(elems) + " " + t.dtype + " values needs more bytes than the " +
+                     num(f.data.size()) + "-byte data section holds");
+    if (t.end - t.begin != bytes)
       return corrupt("tensor '" + key + "' of shape with " + num(elems) + " " + t.dtype + " values spans " + num(t.end - t.begin) + " bytes");
     f.tensors.push_back(std::move(t));
   }
@@ -293,6 +325,9 @@ Status save_checkpoint(const std::string& path, const ParamLayout& layout, const
   };
   const auto blobs = blobs_of(layout, plan, cp);
   const std::string header = header_of(layout, plan, cp, blobs);
+  if (header.size() > kMaxHeaderBytes)  // a file no reader of ours would accept
+    return Error{errc::frame_too_large, "header of " + num(header.size()) + " bytes exceeds the " + num(kMaxHeaderBytes) +
+                                                " a checkpoint may have (too many tensors or too much metadata)"};
   const std::string tmp = path + ".tmp";
   {
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
