@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
@@ -34,8 +35,15 @@ inline std::span<const std::byte> bytes_of(const WireFrame& w) {
   return {reinterpret_cast<const std::byte*>(w.bytes.data()), w.bytes.size()};
 }
 
+/// Seconds as the ticks of a delayed send, defined for every double. Settings are validated to at
+/// most kMaxDurationS (30 days) long before they get here, so the bounds below never bite a valid
+/// run: they keep a computed delay gone wrong from undefined behaviour (a double beyond int64)
+/// or from overflowing the clock's nanoseconds when added to now. Negative or NaN: at once;
+/// beyond 100 years: 100 years.
 inline std::chrono::microseconds micros(double s) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(std::max(0.0, s)));
+  constexpr double max_s = 100.0 * 365.0 * 86400.0;  // 3.2e15 µs; as ns 3.2e18, below 2^63
+  if (!(s > 0.0)) return std::chrono::microseconds(0);
+  return std::chrono::microseconds(static_cast<std::int64_t>(std::min(s, max_s) * 1e6));
 }
 
 /// No exception crosses an actor boundary: it becomes an exit reason the supervisor logs.

@@ -3,6 +3,10 @@
 #define BOOST_TEST_MODULE supervisor_actor
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
@@ -12,6 +16,9 @@
 #include <caf/send.hpp>
 
 #include "diloco/actors/supervisor.hpp"
+#include "diloco/limits.hpp"
+
+#include "../actors/detail.hpp"  // micros(): the ticks of every delayed send
 
 using namespace diloco;
 using namespace diloco::actors;
@@ -183,4 +190,16 @@ BOOST_AUTO_TEST_CASE(shutdown_stops_children_in_reverse_start_order) {
   for (const auto& e : t.events)
     if (e.kind == SupervisionEvent::stopped) order.push_back(e.child);
   BOOST_TEST(order == (std::vector<std::string>{"c", "b", "a"}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_delay_of_any_double_becomes_a_valid_timer) {
+  using diloco::actors::detail::micros;
+  BOOST_TEST(micros(0.05).count() == 50000);
+  BOOST_TEST(micros(-1.0).count() == 0);
+  BOOST_TEST(micros(std::nan("")).count() == 0);
+  // 1e300 s overflowed int64 (undefined; in practice a negative delay that fired at once).
+  const auto longest = micros(1e300).count();
+  BOOST_TEST(longest == micros(std::numeric_limits<double>::infinity()).count());
+  BOOST_TEST(longest > micros(diloco::kMaxDurationS).count());
+  BOOST_TEST(longest < std::numeric_limits<std::int64_t>::max() / 2000);  // now + delay fits the clock's ns
 }
