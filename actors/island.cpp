@@ -99,16 +99,38 @@ void island_fire_faults(caf::event_based_actor* self, Runtime& rt, int i, long s
 
 void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i);
 
-/// Sends fragment p's outer gradient to the syncer (the island has one).
-void island_send_fragment(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, int p) {
+/// The island's state holds NaN or infinity (IslandCore::health, or a ddp gradient that cannot
+/// be framed): reports it with the fragment concerned (-1: none), stops the run, and takes no
+/// more steps. It stays alive, so that its supervisor does not restart it: a restarted island
+/// would heal from the same global state, train with the same settings and diverge again.
+void island_diverged(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, int fragment,
+                     const std::string& why) {
+  rt.emit({RuntimeEvent::diverged, i, -1, st.core->step(), 0, fragment, 0, {}, why, detail::now_s(self)});
+  spdlog::error("{}", why);
+  rt.stop(why);
+  self->set_down_handler([](caf::down_msg&) {});
+  // Every message of the island's protocol is taken and ignored (an unhandled one would send
+  // its sender an error that ends it).
+  self->become([](step_atom) {}, [](join_atom) {}, [](welcome_atom, const WireFrame&) {}, [](const ChipResult&) {},
+               [](global_atom, const WireFrame&) {});
+}
+
+/// Sends fragment p's outer gradient to the syncer (the island has one). Returns false when the
+/// island diverged instead (island_diverged: it must do nothing more).
+bool island_send_fragment(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, int p) {
   auto frame = st.core->outer_gradient_frame(p);
   if (!frame) {
+    if (const auto& h = st.core->health(); !h) {
+      island_diverged(self, rt, st, i, p, h.error().reason);
+      return false;
+    }
     spdlog::error("island {}: fragment {} not sent: {}", i, p, frame.error().message());
-    return;
+    return true;
   }
   rt.counters.bytes_sent += frame->size();
   rt.account([&](GoodputMeter& g) { g.sent(i, p); });
   detail::send_over_link(self, rt, i, true, st.syncer, fragment_atom::value, detail::to_wire(*frame));
+  return true;
 }
 
 void island_mark_done(caf::event_based_actor* self, Runtime& rt, int i, long step) {
@@ -133,7 +155,7 @@ void island_wind_down(caf::event_based_actor* self, Runtime& rt, IslandState& st
     // island sent: its δ against the new base carries all of it, so every fragment goes again.
     if (st.core->steps_since(p) == 0 && !st.resend) continue;
     if (st.core->awaiting(p)) unsent = true;
-    else island_send_fragment(self, rt, st, i, p);
+    else if (!island_send_fragment(self, rt, st, i, p)) return;
   }
   if (!unsent) st.resend = false;
   for (int p = 0; p < rt.P(); ++p) awaiting = awaiting || st.core->awaiting(p);
@@ -146,11 +168,12 @@ void island_wind_down(caf::event_based_actor* self, Runtime& rt, IslandState& st
   if (!unsent && !awaiting) island_mark_done(self, rt, i, step);
 }
 
-/// After a step: report it, account for it, send what is due, fire step faults, go on.
-void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, double loss,
+/// After a step (`stepped`: one was taken; false: no chip answered): report it, account for
+/// it, send what is due, fire step faults, go on.
+void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, bool stepped, double loss,
                        std::uint64_t tokens, int answered, bool send_fragments) {
   const long step = st.core->step();
-  if (!std::isnan(loss)) {
+  if (stepped) {
     rt.counters.tokens += tokens;
     rt.island_steps[static_cast<std::size_t>(i)] = step;
     RuntimeEvent ev{RuntimeEvent::step, i, -1, step, 0, -1, answered, {}, {}, detail::now_s(self)};
@@ -159,7 +182,8 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
     if (st.syncer) {
       detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
-      for (int p : send_fragments ? st.core->due() : std::vector<int>{}) island_send_fragment(self, rt, st, i, p);
+      for (int p : send_fragments ? st.core->due() : std::vector<int>{})
+        if (!island_send_fragment(self, rt, st, i, p)) return;
     }
     island_fire_faults(self, rt, i, step);
     if (!st.syncer && st.joined) island_try_join(self, rt, st, i);
@@ -168,7 +192,7 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
   // No chip alive: try again shortly (restarted chips show up in the directory). Otherwise the
   // next step starts at once: a step_atom to itself would wait behind every chip's work in the
   // scheduler's queue, and the chips would idle meanwhile.
-  if (std::isnan(loss)) self->delayed_send(self, detail::micros(0.01), step_atom::value);
+  if (!stepped) self->delayed_send(self, detail::micros(0.01), step_atom::value);
   else island_start_step(self, rt, st, i);
 }
 
@@ -190,6 +214,11 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
     st.ddp_chips = answered;
     st.results.clear();
     auto frame = gradient_frame(i, static_cast<std::uint64_t>(st.core->step()), st.ddp_tokens, st.ddp_grad);
+    if (!frame && frame.error().code == errc::non_finite)  // doing the step again would give the same NaN
+      return island_diverged(self, rt, st, i, 0,
+                             "island " + std::to_string(i) + " diverged: its gradient of step " +
+                                 std::to_string(st.core->step() + 1) + " holds NaN or infinity (loss " +
+                                 std::to_string(st.ddp_loss) + ")");
     if (!frame || !st.syncer) {
       // Nobody to send to (or nothing computed): the step is lost, do it again.
       st.stepping = false;
@@ -205,15 +234,18 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
     detail::send_over_link(self, rt, i, true, st.syncer, grad_atom::value, detail::to_wire(*frame));
     return;
   }
+  const long before = st.core->step();
   const double loss = st.core->apply_gradient(g);
   std::uint64_t tokens = 0;
   for (const auto& x : g) tokens += x.tokens;
   st.results.clear();
   st.stepping = false;
+  if (const auto& h = st.core->health(); !h) return island_diverged(self, rt, st, i, -1, h.error().reason);
+  const bool stepped = st.core->step() > before;  // false: no chip answered
   // The chips' time on this step runs until the island's AdamW step is taken.
   const double step_s = run_time(self, rt) - st.step_started;
-  if (!std::isnan(loss)) rt.account([&](GoodputMeter& m) { m.step(i, answered, step_s); });
-  island_after_step(self, rt, st, i, loss, tokens, answered, true);
+  if (stepped) rt.account([&](GoodputMeter& m) { m.step(i, answered, step_s); });
+  island_after_step(self, rt, st, i, stepped, loss, tokens, answered, true);
 }
 
 /// ddp: the server's parameters of the next step arrived; the step in flight is done.
@@ -233,7 +265,7 @@ void island_ddp_params(caf::event_based_actor* self, Runtime& rt, IslandState& s
   st.stepping = false;
   // A step the island took part in: its loss and tokens count. (Steps it missed while it was
   // down were taken without it: in ddp that cannot happen, the server waits for everyone.)
-  island_after_step(self, rt, st, i, mine ? st.ddp_loss : std::nan(""), mine ? st.ddp_tokens : 0,
+  island_after_step(self, rt, st, i, mine, mine ? st.ddp_loss : std::nan(""), mine ? st.ddp_tokens : 0,
                     mine ? st.ddp_chips : 0, false);
 }
 

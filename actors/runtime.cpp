@@ -54,6 +54,8 @@ const char* to_string(RuntimeEvent::Kind k) {
     case RuntimeEvent::rejected: return "rejected";
     case RuntimeEvent::dropped: return "dropped";
     case RuntimeEvent::done: return "done";
+    case RuntimeEvent::diverged: return "diverged";
+    case RuntimeEvent::unusable_state: return "unusable_state";
   }
   return "?";
 }
@@ -246,6 +248,16 @@ std::vector<Runtime::LinkReport> Runtime::link_report() {
 void Runtime::emit(const RuntimeEvent& e) {
   std::lock_guard lk(ev_mu_);
   if (on_event_) on_event_(e);
+}
+
+void Runtime::stop(const std::string& why) {
+  std::lock_guard lk(stop_mu_);
+  if (!stop_reason_) stop_reason_ = why;
+}
+
+std::optional<std::string> Runtime::stopped() const {
+  std::lock_guard lk(stop_mu_);
+  return stop_reason_;
 }
 
 caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink, SpawnSet what) {

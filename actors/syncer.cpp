@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <map>
+#include <string>
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -72,11 +72,29 @@ void set_finished(SyncerState& st, Runtime& rt, int id, bool finished) {
   st.core->finish(id, finished);
 }
 
+/// The syncer cannot go on: its state diverged (kind diverged) or its state file cannot be
+/// resumed from (unusable_state). Reports it, stops the run with `why`, and returns a behaviour
+/// that takes nothing more: the actor stays alive, so its supervisor does not restart it into
+/// the same state again and again.
+caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, RuntimeEvent::Kind kind, int fragment,
+                          const std::string& why) {
+  rt.emit({kind, -1, -1, 0, self->state.core ? self->state.core->global_round() : 0, fragment, 0, {}, why,
+           detail::now_s(self)});
+  spdlog::error("syncer: {}", why);
+  rt.stop(why);
+  self->set_down_handler([](caf::down_msg&) {});
+  // Every message of the syncer's protocol is taken and ignored (an unhandled one would send
+  // its sender an error that ends it).
+  return {
+      [](join_atom, const WireFrame&) {}, [](progress_atom, const WireFrame&) {}, [](fragment_atom, const WireFrame&) {},
+      [](grad_atom, const WireFrame&) {}, [](tick_atom) {},                     [](repaired_atom) {},
+  };
+}
+
 /// Sends a global frame to every registered island over its link; returns the longest delay.
-double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Expected<Frame>& frame) {
+double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Frame& frame) {
   double t_link = 0.0;
-  if (!frame) return t_link;
-  auto w = detail::to_wire(*frame);
+  auto w = detail::to_wire(frame);
   for (auto& [id, a] : self->state.islands) {
     rt.counters.bytes_sent += w.bytes.size();
     t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, a, global_atom::value, w));
@@ -90,7 +108,12 @@ void syncer_ddp_poll(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   auto step = st.ddp->poll();
   if (!step) return;
   const double now = detail::now_s(self);
-  broadcast(self, rt, st.ddp->params_frame());
+  auto frame = st.ddp->params_frame();
+  if (!frame)  // NaN or infinity in the parameters: the islands would wait for them forever
+    return self->become(syncer_halt(self, rt, RuntimeEvent::diverged, 0,
+                                    "the parameter server diverged at step " + std::to_string(*step) + ": " +
+                                        frame.error().message()));
+  broadcast(self, rt, *frame);
   std::vector<int> all;
   for (int i = 0; i < rt.cfg.train.islands; ++i) all.push_back(i);
   rt.account([&](GoodputMeter& g) {
@@ -113,7 +136,18 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   double t_link = 0.0;
   auto commits = st.core->poll(now);
   for (const auto& c : commits) {
-    t_link = std::max(t_link, broadcast(self, rt, st.core->global_frame(c.fragment)));
+    auto frame = st.core->global_frame(c.fragment);
+    if (!c.finite || !frame || !st.core->health()) {
+      // Nothing of a diverged syncer may reach the islands or a snapshot, and nobody would
+      // wait for a broadcast that is never sent: the run ends here.
+      const auto& h = st.core->health();
+      return self->become(syncer_halt(self, rt, RuntimeEvent::diverged, c.fragment,
+                                      "the syncer diverged: " +
+                                          (h ? "merged fragment " + std::to_string(c.fragment) + " cannot be broadcast: " +
+                                                   frame.error().message()
+                                             : h.error().reason)));
+    }
+    t_link = std::max(t_link, broadcast(self, rt, *frame));
     ++rt.counters.commits;
     rt.account([&](GoodputMeter& g) {
       for (auto& [key, n] : st.accepted) {
@@ -187,20 +221,29 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
       rt->emit({RuntimeEvent::restore, -1, -1, 0, st.ddp->step(), -1, 0, {}, "ddp server state kept in memory",
                 detail::now_s(self)});
   }
-  // Restart: resume from the last snapshot (the file when configured, else memory).
+  // Restart: resume from the last snapshot (the file when configured and present, else memory).
+  // A state file that cannot be resumed from stops the run, at the first start as at a restart:
+  // starting over it would throw the run's rounds away and overwrite it at the next snapshot.
   std::optional<Checkpoint> cp;
-  if (rt->ddp()) {
-  } else if (!c.syncer.checkpoint.empty() && std::filesystem::exists(c.syncer.checkpoint)) {
-    auto got = load_checkpoint(c.syncer.checkpoint, rt->layout_model->layout(), rt->plan, LoadOptions{false});
-    if (got) cp = std::move(*got);
-    else spdlog::error("syncer: snapshot {} unusable: {}", c.syncer.checkpoint, got.error().message());
-  } else {
-    std::lock_guard lk(rt->snap_mu);
-    cp = rt->last_snapshot;
+  if (!rt->ddp()) {
+    if (!c.syncer.checkpoint.empty()) {
+      auto got = load_syncer_state(c.syncer.checkpoint, rt->layout_model->layout(), rt->plan, c.train.islands);
+      if (!got)
+        return syncer_halt(self, *rt, RuntimeEvent::unusable_state, -1,
+                           "unusable syncer state file, refusing to start over it: " + got.error().message());
+      cp = std::move(*got);
+    }
+    if (!cp) {
+      std::lock_guard lk(rt->snap_mu);
+      cp = rt->last_snapshot;
+    }
   }
   const bool restart = !rt->ddp() && ++rt->syncer_starts > 1;
   if (cp) {
-    st.core->restore(*cp);
+    if (auto ok = st.core->restore(*cp); !ok)
+      return syncer_halt(self, *rt, RuntimeEvent::unusable_state, -1,
+                         "unusable syncer state" + (c.syncer.checkpoint.empty() ? std::string() : " file " + c.syncer.checkpoint) +
+                             ", refusing to start over it: " + ok.error().message());
     rt->emit({RuntimeEvent::restore, -1, -1, 0, st.core->global_round(), -1, 0, {}, "from the last snapshot",
               detail::now_s(self)});
   } else if (restart) {
@@ -209,9 +252,17 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     rt->emit({RuntimeEvent::restore, -1, -1, 0, 0, -1, 0, {}, "no snapshot yet: initial parameters",
               detail::now_s(self)});
   }
-  st.core->set_live_islands(0);
-  // Islands tell each syncer anew that they finished (they re-join it first).
-  for (auto& f : rt->island_finished) f = false;
+  // Who finished and the last step heard of come back with the snapshot (none without one): a
+  // syncer process restarted after a site finished still ends the run, and a restarted site
+  // learns where its islands were. Islands that are still around re-join and tell it anew.
+  for (int i = 0; i < c.train.islands; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    rt->island_finished[k] = st.core->finished(i);
+    const auto heard = static_cast<long>(std::min<std::uint64_t>(st.core->last_step(i), std::numeric_limits<long>::max()));
+    for (long was = rt->island_steps[k].load(); heard > was && !rt->island_steps[k].compare_exchange_weak(was, heard);) {
+    }
+  }
+  st.core->set_live_islands(members(st, *rt));
   self->set_down_handler([self, rt](caf::down_msg& m) {
     auto& st = self->state;
     for (auto it = st.islands.begin(); it != st.islands.end(); ++it)
@@ -247,6 +298,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         const auto& pm = std::get<ProgressMessage>(*msg);
         const int id = pm.island;
         const double now = detail::now_s(self);
+        if (st.core && !st.ddp) st.core->heard(id, pm.local_step);  // (ignores unknown islands)
         if (pm.finished) {
           // The island trained its budget and sent its last contributions: rounds stop
           // waiting for it, so those commit even below the quorum.

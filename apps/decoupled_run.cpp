@@ -139,6 +139,10 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
       case RuntimeEvent::rejected:
         std::snprintf(line, sizeof line, "%8.2fs  syncer refused a fragment: %s", t, e.detail.c_str());
         break;
+      case RuntimeEvent::diverged:
+      case RuntimeEvent::unusable_state:
+        std::snprintf(line, sizeof line, "%8.2fs  %s", t, e.detail.c_str());
+        break;
       case RuntimeEvent::dropped:
         // Late contributions are normal in small numbers; the first few are shown, all counted.
         if (++tally->dropped_shown > 10) return;
@@ -248,6 +252,18 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     }
     if (tree_failed->load()) {
       spdlog::error("the supervision tree stopped: {}", tree_reason->empty() ? "normal" : *tree_reason);
+      return 1;
+    }
+    if (auto why = rt->stopped()) {
+      // A diverged island or syncer, or an unusable syncer state file: nothing to wait for.
+      caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+      std::printf("timeline (%zu events):\n", tally->timeline.size());
+      {
+        std::lock_guard lk(tally->mu);
+        for (const auto& l : tally->timeline) std::printf("  %s\n", l.c_str());
+      }
+      std::fflush(stdout);
+      spdlog::error("run stopped: {}", *why);
       return 1;
     }
     if (!done() && rt->final_sync() && rt->trained()) {

@@ -76,6 +76,11 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
       jsonl.flush();
     }
   }, initial);
+  if (summary.diverged) {
+    // NaN parameters are no result: nothing is saved and the run fails, naming where it diverged.
+    spdlog::error("run stopped: {} (eval loss {:.4f} at that point)", summary.diverged->reason, summary.final_eval_loss);
+    return 1;
+  }
   if (!save.empty()) save_params(cfg, save, summary.params);
   if (jsonl)
     jsonl << "{\"summary\":true,\"mode\":\"" << cfg.train.mode << "\",\"final_eval_loss\":"
@@ -414,6 +419,9 @@ int main(int argc, char** argv) {
   syncer_cmd->add_option("--state", net.state, "directory of the syncer's checkpoint when syncer.checkpoint is \"\"")
       ->capture_default_str();
   syncer_cmd->add_option("--metrics", net.metrics, "append one JSON object per commit and round to this file");
+  syncer_cmd->add_flag("--fresh", net.fresh,
+                       "start from round 0 when the state file is unusable, moving it aside to FILE.corrupt-N "
+                       "(without it such a file is refused)");
   site_cmd->add_option("--site", net.site, "this process's site name (a [[sites]] name)")->required();
   site_cmd->add_option("--connect", net.endpoint, "HOST:PORT of the syncer (default: net.listen)");
   site_cmd->add_option("--max-attempts", net.max_attempts, "give up after this many failed attempts in a row (0: never)")

@@ -30,6 +30,7 @@
 
 #include "diloco/actors/remote.hpp"
 #include "diloco/actors/runtime.hpp"
+#include "diloco/syncer.hpp"
 
 namespace {
 
@@ -148,9 +149,28 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
         return;
       case RuntimeEvent::rejected: tl->line("refused: " + e.detail); return;
       case RuntimeEvent::dropped: tl->line("dropped a late contribution: " + e.detail); return;
+      case RuntimeEvent::diverged:
+      case RuntimeEvent::unusable_state: tl->line(e.detail); return;
       default: return;
     }
   });
+  // A state file the syncer cannot resume from is refused before anything listens (the syncer
+  // actor refuses it too, also at a restart); --fresh moves it aside and starts from round 0.
+  if (auto st = load_syncer_state(cfg.syncer.checkpoint, rt->layout_model->layout(), rt->plan, cfg.train.islands); !st) {
+    if (!f.fresh) {
+      spdlog::error("unusable syncer state file, refusing to start over it: {}. Keep it for a run that can read it, "
+                    "or start over with --fresh (moves it aside)",
+                    st.error().message());
+      return 1;
+    }
+    auto moved = move_aside(cfg.syncer.checkpoint);
+    if (!moved) {
+      spdlog::error("--fresh: {}", moved.error().message());
+      return 1;
+    }
+    spdlog::warn("--fresh: unusable syncer state file ({}) moved to {}; starting from round 0", st.error().message(),
+                 *moved);
+  }
   auto model = make_model(cfg.model);
   const auto eval = rt->corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, cfg.train.eval_batches);
   const double initial_eval = evaluate(*model, rt->initial, eval);
@@ -228,6 +248,12 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
     std::fflush(stdout);
     if (tree_failed->load()) {
       spdlog::error("the syncer's supervision tree stopped");
+      return 1;
+    }
+    if (auto why = rt->stopped()) {
+      spdlog::error("run stopped: {}", *why);
+      caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
       return 1;
     }
     if (finished == Clock::time_point{} && rt->trained()) {

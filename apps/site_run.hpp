@@ -12,6 +12,7 @@ struct NetFlags {
   std::string certs;     // "" = net.certs
   bool insecure = false;
   std::string state;     // syncer: directory for its checkpoint when syncer.checkpoint is ""
+  bool fresh = false;    // syncer: an unusable state file is moved aside (.corrupt-N), not refused
   std::string metrics;   // syncer: JSON lines (rounds and commits)
   std::string site;      // site: its name
   int max_attempts = 0;  // site: failed connection attempts in a row before giving up (0: never)

@@ -11,11 +11,17 @@
 #include <caf/send.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
+#include <sstream>
 #include <tuple>
 
 #include "diloco/actors/runtime.hpp"
 #include "diloco/loops.hpp"
+#include "diloco/syncer.hpp"
 
 using namespace diloco;
 using namespace diloco::actors;
@@ -65,14 +71,21 @@ struct World {
   std::vector<SupervisionEvent> sup;
   caf::actor root;
 
-  explicit World(RunConfig c) {
+  std::function<void(const RuntimeEvent&)> hook;  // sees every event as it happens
+
+  /// `before` runs on the Runtime before anything is spawned; `what` says which units run.
+  explicit World(RunConfig c, std::function<void(Runtime&)> before = {}, SpawnSet what = {}) {
     BOOST_REQUIRE(validate(c).empty());
     cfg.set("scheduler.policy", caf::atom("testing"));
     add_runtime_types(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
-    rt = std::make_shared<Runtime>(std::move(c), [this](const RuntimeEvent& e) { events.push_back(e); });
-    root = spawn_runtime(*sys, rt, [this](const SupervisionEvent& e) { sup.push_back(e); });
+    rt = std::make_shared<Runtime>(std::move(c), [this](const RuntimeEvent& e) {
+      events.push_back(e);
+      if (hook) hook(e);
+    });
+    if (before) before(*rt);
+    root = spawn_runtime(*sys, rt, [this](const SupervisionEvent& e) { sup.push_back(e); }, std::move(what));
   }
   ~World() {
     caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
@@ -588,4 +601,104 @@ BOOST_AUTO_TEST_CASE(islands_of_different_sizes_step_with_all_their_chips) {
   BOOST_TEST(w.started("island-0", "chip-1") == 0);
   BOOST_TEST(w.rt->goodput_report(w.rt->t0.load() + 1.0).provisioned_chip_s == 4.0);  // 1 + 3 chips for 1 s
   check_commits(w);
+}
+
+// ---- runs that cannot go on end, with the reason; they never wait forever ----
+
+namespace {
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+void write_all(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(diverging_decoupled_run_stops_naming_the_island_instead_of_hanging) {
+  auto c = small_config(2, 1, 2);
+  c.outer.lr = 1e12f;
+  c.train.final_sync_s = 30.0;
+  World w(c);
+  w.settle(false);
+  const auto why = w.rt->stopped();
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST_MESSAGE(*why);
+  BOOST_TEST(why->find("diverged") != std::string::npos);
+  const auto diverged = w.of(RuntimeEvent::diverged);
+  BOOST_REQUIRE(!diverged.empty());
+  BOOST_TEST((diverged[0].island >= 0 || diverged[0].fragment >= 0));  // who it was
+  BOOST_TEST(diverged[0].detail == *why);
+  // Nothing was restarted into the same state: the run is simply over.
+  BOOST_TEST(w.started("root", "syncer") == 1);
+  BOOST_TEST(w.started("island-0", "island") == 1);
+  BOOST_TEST(w.started("island-1", "island") == 1);
+}
+
+BOOST_AUTO_TEST_CASE(corrupt_syncer_state_file_stops_the_run_and_is_left_as_it_was) {
+  const auto path = (std::filesystem::temp_directory_path() / "diloco_test_corrupt_syncer.safetensors").string();
+  write_all(path, "garbage, not a checkpoint");
+  auto c = small_config(2, 1, 2);
+  c.syncer.checkpoint = path;
+  World w(c);
+  w.settle(false);
+  const auto why = w.rt->stopped();
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST_MESSAGE(*why);
+  BOOST_TEST(why->find("unusable syncer state file") != std::string::npos);
+  BOOST_TEST(why->find(path) != std::string::npos);
+  BOOST_TEST(w.of(RuntimeEvent::unusable_state).size() == 1u);
+  BOOST_TEST(w.of(RuntimeEvent::commit).empty());  // no round was started over
+  BOOST_TEST(read_all(path) == "garbage, not a checkpoint");
+  BOOST_TEST(w.started("root", "syncer") == 1);
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(state_file_corrupt_at_a_syncer_restart_stops_the_run_without_a_restart_loop) {
+  const auto path = (std::filesystem::temp_directory_path() / "diloco_test_corrupt_at_restart.safetensors").string();
+  std::filesystem::remove(path);
+  auto c = small_config(2, 1, 2);
+  c.syncer.checkpoint = path;
+  c.faults.push_back(step_fault("syncer", 0, 0, 7));
+  World w(c);
+  // The file goes bad just before the syncer is killed: its restart finds it so.
+  w.hook = [&](const RuntimeEvent& e) {
+    if (e.kind == RuntimeEvent::fault) write_all(path, "truncated");
+  };
+  w.settle(false);
+  const auto why = w.rt->stopped();
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST_MESSAGE(*why);
+  BOOST_TEST(why->find("unusable syncer state file") != std::string::npos);
+  BOOST_TEST(w.started("root", "syncer") == 2);  // one restart, then the run stopped
+  BOOST_TEST(read_all(path) == "truncated");     // not overwritten by a later snapshot
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_restores_who_finished_and_their_steps) {
+  auto c = small_config(2, 1, 2);
+  World w(
+      c,
+      [](Runtime& rt) {
+        // The snapshot of a syncer that heard island 0 at step 12 and island 1 finish at 18.
+        SyncerSettings s;
+        s.islands = 2;
+        s.outer = rt.cfg.outer;
+        s.snapshot_every = 1;
+        SyncerCore before(rt.plan, rt.initial, s);
+        before.heard(0, 12);
+        before.heard(1, 18);
+        before.finish(1, true);
+        rt.last_snapshot = before.snapshot();
+      },
+      SpawnSet{true, false, {}});  // the syncer alone, as in `diloco syncer`
+  w.settle(false);
+  BOOST_TEST(!w.rt->stopped().has_value());
+  BOOST_TEST(w.of(RuntimeEvent::restore).size() == 1u);
+  BOOST_TEST(w.rt->island_finished[1].load());
+  BOOST_TEST(!w.rt->island_finished[0].load());
+  BOOST_TEST(w.rt->island_steps[0].load() == 12);  // what a restarted site is told
+  BOOST_TEST(w.rt->island_steps[1].load() == 18);
 }

@@ -30,7 +30,11 @@ namespace diloco::actors {
 
 /// Something that happened in the runtime, for progress lines, tests and the demo timeline.
 struct RuntimeEvent {
-  enum Kind { step, commit, join, heal, rejoin, restore, snapshot, fault, rejected, dropped, done } kind;
+  /// diverged: an island's or the syncer's state holds NaN or infinity (island or fragment,
+  /// detail = what); unusable_state: the syncer's state file cannot be resumed from (detail =
+  /// the file and why). Both end the run (Runtime::stop).
+  enum Kind { step, commit, join, heal, rejoin, restore, snapshot, fault, rejected, dropped, done, diverged,
+              unusable_state } kind;
   int island = -1;
   int chip = -1;
   long step_no = 0;             // step: the island's local step
@@ -180,6 +184,13 @@ struct Runtime {
   static constexpr std::size_t max_new_rounds = 64;
 
   void emit(const RuntimeEvent& e);
+  /// The run cannot go on and must end with an error: an island or the syncer diverged, or the
+  /// syncer's state file is unusable. Not a crash: a restarted unit would meet the same state
+  /// (or the same settings) again, and its supervisor would restart it forever. The first
+  /// reason is kept; the app ends the run with it and a non-zero exit.
+  void stop(const std::string& why);
+  /// Why the run was stopped, if it was.
+  std::optional<std::string> stopped() const;
   int P() const { return plan.count(); }
   /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
   /// (K = all islands, as the reference loops); "decoupled": they never wait.
@@ -191,6 +202,8 @@ struct Runtime {
   double alpha() const { return cfg.train.mode == "diloco" ? 0.0 : cfg.fragments.effective_alpha(); }
 
 private:
+  mutable std::mutex stop_mu_;
+  std::optional<std::string> stop_reason_;
   std::mutex ev_mu_;
   std::function<void(const RuntimeEvent&)> on_event_;
 };
