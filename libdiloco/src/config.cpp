@@ -119,7 +119,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"islands", "counts", &c.islands.counts,
        "decoupled: per-island chip counts, e.g. [4, 4, 2] (islands may differ in size); missing = chips"},
       {"islands", "speed", &c.islands.speed,
-       "decoupled: per-island speed in (0, 1], e.g. [1.0, 0.55]; emulated by delaying chip replies; missing = 1.0"},
+       "decoupled: per-island speed in [0.001, 1], e.g. [1.0, 0.55]; emulated by delaying chip replies; missing = 1.0"},
 
       {"wan", "enabled", &c.wan.enabled, "decoupled: frames between islands and the syncer cross emulated WAN links"},
       {"wan", "bandwidth_mbps", &c.wan.bandwidth_mbps, "decoupled: each link's bandwidth per direction, Mbit/s"},
@@ -145,7 +145,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"chaos", "syncer_mtbf_s", &c.chaos.syncer_mtbf_s, "mean time between failures of the syncer, s (0: none)"},
       {"chaos", "repair_s", &c.chaos.repair_s, "a killed unit can start again this long after its kill, s"},
       {"chaos", "straggler_mtbf_s", &c.chaos.straggler_mtbf_s, "mean time between slow spells of each island, s (0: none)"},
-      {"chaos", "straggler_factor", &c.chaos.straggler_factor, "speed of a straggling island, in (0, 1]"},
+      {"chaos", "straggler_factor", &c.chaos.straggler_factor, "speed of a straggling island, in [0.001, 1]"},
       {"chaos", "straggler_s", &c.chaos.straggler_s, "length of a slow spell, s"},
       {"chaos", "partition_mtbf_s", &c.chaos.partition_mtbf_s, "mean time between partitions of each site's link, s (0: none)"},
       {"chaos", "partition_s", &c.chaos.partition_s, "length of a partition, s"},
@@ -172,7 +172,7 @@ std::vector<Field> fault_fields(FaultSpec& f) {
       {"faults", "at_s", &f.at_s, "fires once, this many seconds after the start (<0: use at_step)"},
       {"faults", "site", &f.site, "kill = \"partition\": the site whose link to the syncer is cut"},
       {"faults", "duration_s", &f.duration_s, "straggle/partition: how long; kills: repair time before the restart"},
-      {"faults", "factor", &f.factor, "kill = \"straggle\": the island's speed meanwhile, in (0, 1]"},
+      {"faults", "factor", &f.factor, "kill = \"straggle\": the island's speed meanwhile, in [0.001, 1]"},
   };
 }
 
