@@ -1,7 +1,7 @@
 // Across processes: the syncer's gateway and per-site relays, and a site's connector, over
-// CAF 0.17's io middleman with mutual TLS (libcaf_openssl). Every frame from the network is
-// decoded and checked (sender node, island of that site) before it is handed to the syncer,
-// which validates it again as it does in one process.
+// CAF 0.17's io middleman on loopback behind each process's front door (door.hpp: mutual TLS,
+// identity, BASP checks). Every frame is decoded and checked (sender node, island of that site)
+// before it is handed to the syncer, which validates it again as it does in one process.
 #include "diloco/actors/remote.hpp"
 
 #include <algorithm>
@@ -12,16 +12,11 @@
 #include <set>
 #include <stdexcept>
 
-#include <dlfcn.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/manager.hpp>
-#include <caf/openssl/publish.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
@@ -176,7 +171,8 @@ struct Pending {
 
 struct GatewayState {
   std::map<caf::actor_addr, Pending> pending;  // by the connector asking
-  std::map<int, caf::actor> sessions;          // site → its current relay
+  std::map<int, caf::actor> sessions;          // site → its live relay (erased when the relay ends)
+  std::map<int, caf::node_id> nodes;           // site → the node of its live session
 };
 
 caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
@@ -186,6 +182,17 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
     rt->emit({RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {}, why, detail::now_s(self)});
     return caf::make_error(caf::sec::request_receiver_down, why);
   };
+  // A relay ends with its session (connection closed, heartbeat lost, syncer restarted): the
+  // site is free for its next claimant.
+  self->set_down_handler([self](caf::down_msg& m) {
+    auto& ss = self->state.sessions;
+    for (auto it = ss.begin(); it != ss.end(); ++it)
+      if (it->second.address() == m.source) {
+        self->state.nodes.erase(it->first);
+        ss.erase(it);
+        return;
+      }
+  });
   return {
       [=](hello_atom, const std::string& site, const WireFrame& cert) -> caf::result<WireFrame> {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
@@ -212,12 +219,19 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         auto syncer = rt->dir.syncer();
         if (!syncer) return caf::make_error(caf::sec::request_receiver_down, "the syncer is restarting");
         const int site = site_index(rt->cfg, x.site);
-        auto& old = self->state.sessions[site];
-        if (old) self->send_exit(old, caf::make_error(caf::sec::runtime_error, "superseded by a new session"));
+        auto& relay = self->state.sessions[site];
+        // One live session per site: a second claimant (another process for the same site) is
+        // refused until the first one's session ends; it never displaces it.
+        if (relay)
+          return refuse("site '" + x.site + "' already has a live session (from node " +
+                        caf::to_string(self->state.nodes[site]) + "); refused the claim from node " +
+                        caf::to_string(from->node()));
         auto connector = caf::actor_cast<caf::actor>(from);
-        old = self->spawn(relay_actor, rt, site, syncer, connector, o.log);
+        relay = self->spawn(relay_actor, rt, site, syncer, connector, o.log);
+        self->monitor(relay);
+        self->state.nodes[site] = from->node();
         SiteSession s;
-        s.relay = old;
+        s.relay = relay;
         for (int i : islands_of_site(rt->cfg, site)) {
           s.islands.push_back(i);
           s.steps.push_back(rt->island_steps[static_cast<std::size_t>(i)].load());
@@ -248,7 +262,8 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
                               ConnectorOptions o) {
   detail::guard(self, "connector " + o.site);
   const auto& net = rt->cfg.net;
-  const std::string where = o.syncer.host + ":" + std::to_string(o.syncer.port);
+  const std::string where =
+      o.syncer_label.empty() ? o.syncer.host + ":" + std::to_string(o.syncer.port) : o.syncer_label;
   std::string why;
   const Bytes cert = o.tls ? read_bytes(o.cert_file, &why) : Bytes{};
   if (o.tls && cert.empty()) throw std::runtime_error(why);
@@ -323,7 +338,7 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
       authenticate(st.gateway);
       return;
     }
-    auto mm = o.tls ? self->system().openssl_manager().actor_handle() : self->system().middleman().actor_handle();
+    auto mm = self->system().middleman().actor_handle();
     self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, o.syncer.host, o.syncer.port)
         .then(
             [=](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) {
@@ -382,20 +397,6 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
 
 }  // namespace
 
-Endpoint parse_endpoint(const std::string& s) {
-  const auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
-    throw std::invalid_argument("expected HOST:PORT (got \"" + s + "\")");
-  Endpoint e;
-  e.host = s.substr(0, colon);
-  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
-  const auto port = s.substr(colon + 1);
-  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoul(port) > 65535)
-    throw std::invalid_argument("bad port in \"" + s + "\"");
-  e.port = static_cast<std::uint16_t>(std::stoul(port));
-  return e;
-}
-
 TlsFiles tls_files(const std::string& dir, const std::string& name) {
   namespace fs = std::filesystem;
   TlsFiles t{(fs::path(dir) / "ca.pem").string(), (fs::path(dir) / (name + ".pem")).string(),
@@ -406,29 +407,47 @@ TlsFiles tls_files(const std::string& dir, const std::string& name) {
   return t;
 }
 
-void configure_network(caf::actor_system_config& cfg, const NetConfig& net, const TlsFiles* tls) {
+void configure_network(caf::actor_system_config& cfg, const NetConfig& net) {
   cfg.add_message_type<SiteSession>("diloco.SiteSession");
   cfg.load<caf::io::middleman>();
   // BASP's own heartbeats and timeout close a silent connection, which kills its proxies: the
   // monitors on both sides then report the loss as for a closed socket.
   cfg.set("middleman.heartbeat-interval", caf::timespan{ms(net.heartbeat_ms)});
   cfg.set("middleman.connection-timeout", caf::timespan{ms(net.timeout_ms)});
-  if (tls) {
-    cfg.load<caf::openssl::manager>();
-    cfg.openssl_certificate = tls->cert;
-    cfg.openssl_key = tls->key;
-    cfg.openssl_cafile = tls->ca;
-  }
+}
+
+std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at, std::uint16_t caf_port,
+                                       const TlsFiles* tls, NetLog log) {
+  DoorOptions d;
+  d.role = DoorOptions::Role::syncer;
+  d.listen = at;
+  d.forward = Endpoint{"127.0.0.1", caf_port};
+  if (tls) d.tls = *tls;
+  for (int s = 0; s < site_count(cfg); ++s) d.peers.push_back(site_name(cfg, s));
+  d.admission = {static_cast<std::size_t>(cfg.net.pending_per_address), static_cast<std::size_t>(cfg.net.pending_total),
+                 cfg.net.handshake_ms / 1000.0};
+  d.log = std::move(log);
+  return Door::open(std::move(d));
+}
+
+std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& syncer, const TlsFiles* tls, NetLog log) {
+  DoorOptions d;
+  d.role = DoorOptions::Role::site;
+  d.listen = Endpoint{"127.0.0.1", 0};
+  d.forward = syncer;
+  if (tls) d.tls = *tls;
+  d.peers = {cfg.net.syncer_name};
+  d.admission.handshake_s = cfg.net.handshake_ms / 1000.0;
+  d.log = std::move(log);
+  return Door::open(std::move(d));
 }
 
 caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o) {
   return sys.spawn(gateway_actor, std::move(rt), std::move(o));
 }
 
-caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway, const Endpoint& at, bool tls) {
-  const char* host = at.host.empty() ? nullptr : at.host.c_str();
-  if (tls) return caf::openssl::publish(gateway, at.port, host, true);
-  return gateway.home_system().middleman().publish(gateway, at.port, host, true);
+caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway) {
+  return gateway.home_system().middleman().publish(gateway, 0, "127.0.0.1", true);
 }
 
 caf::actor spawn_connector(caf::actor_system& sys, std::shared_ptr<Runtime> rt, ConnectorOptions o) {
@@ -436,18 +455,3 @@ caf::actor spawn_connector(caf::actor_system& sys, std::shared_ptr<Runtime> rt, 
 }
 
 }  // namespace diloco::actors
-
-// Work-around for libcaf_openssl 0.17.6: its sessions call SSL_read/SSL_write without clearing
-// the thread's OpenSSL error queue first, and drain it only when CAF logging is on. One peer
-// that goes away (kill -9, or a normal exit without close_notify) leaves an error in the queue
-// of the middleman's thread, and the next SSL_get_error on any *other* session reads it and
-// closes that healthy connection too: every site dropped when one site exited. This definition
-// interposes the one libcaf_openssl calls (the executable's symbols come first): it answers
-// with libssl's own SSL_get_error, then clears the queue so the error stays with its session.
-extern "C" int SSL_get_error(const SSL* s, int ret) {
-  using Fn = int (*)(const SSL*, int);
-  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "SSL_get_error"));
-  const int e = real(s, ret);
-  ERR_clear_error();
-  return e;
-}

@@ -16,11 +16,6 @@
 #include <optional>
 #include <thread>
 
-#include <dirent.h>
-#include <netinet/in.h>
-#include <linux/tcp.h>  // tcp_info with tcpi_bytes_acked (glibc's is older)
-#include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -57,30 +52,6 @@ std::string list(const std::vector<int>& v) {
   return s;
 }
 
-/// Bytes this process's open TCP sockets carried, from the kernel (TCP_INFO: payload sent and
-/// acknowledged, payload received; TLS records and BASP headers included, IP/TCP headers not):
-/// the measured side of the benchmark's bytes-per-link comparison.
-struct SocketBytes {
-  std::uint64_t sent = 0, received = 0;
-};
-SocketBytes socket_bytes() {
-  SocketBytes b;
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return b;
-  while (auto* e = readdir(d)) {
-    const int fd = std::atoi(e->d_name);
-    struct stat st {};
-    if (fd <= 2 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    tcp_info ti{};
-    socklen_t len = sizeof ti;
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
-    b.sent += ti.tcpi_bytes_acked;
-    b.received += ti.tcpi_bytes_received;
-  }
-  closedir(d);
-  return b;
-}
-
 void refuse_mode(const diloco::RunConfig& cfg) {
   if (cfg.train.mode == "ddp")
     throw diloco::ConfigError({"train.mode: \"ddp\" runs in one process; the syncer and sites need \"decoupled\", "
@@ -94,8 +65,9 @@ void refuse_mode(const diloco::RunConfig& cfg) {
 std::optional<diloco::actors::TlsFiles> tls_of(const NetFlags& f, const diloco::RunConfig& cfg, const std::string& who) {
   if (f.insecure) {
     const char* warn =
-        "WARNING: --insecure: no TLS. Frames cross the network in clear text and any process that can reach the "
-        "port can speak for any site. Use it only on a trusted, private network.";
+        "WARNING: --insecure: no TLS. Frames cross the network in clear text, any process that can reach the "
+        "port can speak for any site, and CAF's parser reads what it sends (headers checked by the door only). "
+        "Use it only on a trusted, private network.";
     std::fprintf(stderr, "\n*** %s ***\n\n", warn);
     spdlog::warn("{}", warn);
     return std::nullopt;
@@ -111,7 +83,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   refuse_mode(cfg);
   const auto at = parse_endpoint(f.endpoint.empty() ? cfg.net.listen : f.endpoint);
   const std::string certs = f.certs.empty() ? cfg.net.certs : f.certs;
-  const auto tls = tls_of(f, cfg, "syncer");
+  const auto tls = tls_of(f, cfg, cfg.net.syncer_name);
   // kill -9 of this process loses at most snapshot_every rounds: the snapshot is on disk.
   if (cfg.syncer.checkpoint.empty()) {
     const std::filesystem::path dir = f.state.empty() ? "diloco-state" : f.state;
@@ -177,21 +149,34 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
 
   caf::actor_system_config sc;
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
-  configure_network(sc, cfg.net, tls ? &*tls : nullptr);
+  configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
   SpawnSet only_syncer;
   only_syncer.syncer = true;
   only_syncer.all_islands = false;
   auto root = spawn_runtime(sys, rt, {}, only_syncer);
   auto gateway = spawn_gateway(sys, rt, GatewayOptions{tls ? tls->ca : std::string(), [tl](const std::string& s) { tl->line(s); }});
-  auto port = publish_gateway(gateway, at, tls.has_value());
-  if (!port) {
-    spdlog::error("cannot listen on {}:{}: {}", at.host, at.port, sys.render(port.error()));
+  // CAF listens on loopback only; the door faces the network and splices proven peers to it.
+  auto caf_port = publish_gateway(gateway);
+  std::unique_ptr<Door> door;
+  std::string door_error;
+  if (caf_port) {
+    try {
+      door = open_syncer_door(cfg, at, *caf_port, tls ? &*tls : nullptr, [tl](const std::string& s) { tl->line(s); });
+    } catch (const std::exception& e) {
+      door_error = e.what();
+    }
+  } else {
+    door_error = "cannot publish on loopback: " + sys.render(caf_port.error());
+  }
+  if (!door) {
+    spdlog::error("cannot listen on {}:{}: {}", at.host, at.port, door_error);
     caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
     return 1;
   }
-  const std::string addr = at.host + ":" + std::to_string(*port);
+  const auto port = door->port();
+  const std::string addr = at.host + ":" + std::to_string(port);
   std::printf("diloco syncer: listening on %s (%s); snapshots every %ld rounds to %s\n", addr.c_str(),
               tls ? ("mutual TLS, peers must hold a certificate of " + tls->ca).c_str() : "INSECURE, no TLS",
               static_cast<long>(cfg.syncer.snapshot_every), cfg.syncer.checkpoint.c_str());
@@ -204,7 +189,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                 addr.c_str(), f.insecure ? " --insecure" : (" --certs " + certs).c_str(),
                 list(islands_of_site(cfg, s)).c_str());
   std::fflush(stdout);
-  if (jsonl) jsonl << "{\"event\":\"start\",\"port\":" << *port << ",\"initial_eval_loss\":" << initial_eval << "}\n";
+  if (jsonl) jsonl << "{\"event\":\"start\",\"port\":" << port << ",\"initial_eval_loss\":" << initial_eval << "}\n";
 
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
@@ -327,14 +312,17 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   });
   caf::actor_system_config sc;
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
-  configure_network(sc, cfg.net, tls ? &*tls : nullptr);
+  configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
 
   auto first = std::make_shared<std::atomic<bool>>(false);
   auto gave_up = std::make_shared<std::atomic<bool>>(false);
+  // The site's CAF dials its own door on loopback; the door dials the syncer and checks it.
+  auto door = open_site_door(cfg, to, tls ? &*tls : nullptr, [tl, name = f.site](const std::string& s) { tl->line(name + ": " + s); });
   ConnectorOptions co;
   co.site = f.site;
-  co.syncer = to;
+  co.syncer = Endpoint{"127.0.0.1", door->port()};
+  co.syncer_label = to.host + ":" + std::to_string(to.port) + " (through this site's door)";
   co.tls = tls.has_value();
   if (tls) co.cert_file = tls->cert, co.key_file = tls->key;
   co.max_attempts = f.max_attempts;
@@ -393,12 +381,12 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last frames out and acknowledged
-  const auto sock = socket_bytes();
+  const auto sock = door->stats();
   std::printf("done: site %s, islands %s, %llu tokens in %.1f s, %.3f MB accounted site -> syncer; "
               "sockets: %llu bytes sent, %llu received\n",
               f.site.c_str(), list(mine).c_str(), static_cast<unsigned long long>(rt->counters.tokens.load()), secs,
-              rt->counters.bytes_sent.load() / 1e6, static_cast<unsigned long long>(sock.sent),
-              static_cast<unsigned long long>(sock.received));
+              rt->counters.bytes_sent.load() / 1e6, static_cast<unsigned long long>(sock.bytes_sent),
+              static_cast<unsigned long long>(sock.bytes_received));
   std::fflush(stdout);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);

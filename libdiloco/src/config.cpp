@@ -159,6 +159,12 @@ std::vector<Field> fields(RunConfig& c) {
       {"net", "timeout_ms", &c.net.timeout_ms, "a site silent this long counts as lost (its islands leave the quorum), ms"},
       {"net", "reconnect_initial_ms", &c.net.reconnect_initial_ms, "first delay before reconnecting, ms (doubles per attempt)"},
       {"net", "reconnect_max_ms", &c.net.reconnect_max_ms, "cap of the reconnect delay, ms"},
+      {"net", "syncer_name", &c.net.syncer_name,
+       "the syncer's name: its certificate <name>.pem, which sites require to carry this name (subjectAltName or CN)"},
+      {"net", "handshake_ms", &c.net.handshake_ms, "a connection that has not completed TLS and proven its identity by then is closed, ms"},
+      {"net", "pending_per_address", &c.net.pending_per_address,
+       "connections still in their handshake from one address; a newcomer past it closes that address's oldest"},
+      {"net", "pending_total", &c.net.pending_total, "connections still in their handshake from all addresses together"},
   };
 }
 
@@ -704,6 +710,13 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   check_not_too_long(e, "net.timeout_ms", n.timeout_ms, 1e-3);
   check_not_too_long(e, "net.reconnect_initial_ms", n.reconnect_initial_ms, 1e-3);
   check_not_too_long(e, "net.reconnect_max_ms", n.reconnect_max_ms, 1e-3);
+  if (n.syncer_name.empty() || n.syncer_name.find_first_not_of(
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos)
+    e.push_back("net.syncer_name: letters, digits, '.', '_' or '-' (got \"" + n.syncer_name + "\")");
+  if (!(n.handshake_ms > 0.0 && n.handshake_ms <= 600000.0)) e.push_back("net.handshake_ms: must be in (0, 600000]");
+  if (n.pending_per_address < 1 || n.pending_per_address > 65536) e.push_back("net.pending_per_address: must be in [1, 65536]");
+  if (n.pending_total < n.pending_per_address || n.pending_total > 65536)
+    e.push_back("net.pending_total: must be in [net.pending_per_address, 65536]");
   add(validate(c.chaos));
   if (!(c.chaos.downtime_gap_s >= 0.0)) e.push_back("chaos.downtime_gap_s: must be ≥ 0");
   check_not_too_long(e, "chaos.downtime_gap_s", c.chaos.downtime_gap_s);

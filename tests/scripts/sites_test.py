@@ -15,74 +15,21 @@ import shutil
 import signal
 import socket
 import ssl
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Proc, cleanup, fail, mkcerts as _mkcerts, now, work_dirs  # noqa: E402
 
 DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 CONFIG = os.path.join(SRC, "configs", "sites.toml")
 WORK = tempfile.mkdtemp(prefix="diloco-sites-")
-T0 = time.monotonic()
-procs = []
+work_dirs.append(WORK)
 
 
-def now():
-    return time.monotonic() - T0
-
-
-class Proc:
-    """A child process whose output lines are collected (with arrival times) by a thread."""
-
-    def __init__(self, name, args):
-        self.name, self.lines, self.lock = name, [], threading.Lock()
-        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=WORK)
-        procs.append(self)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            with self.lock:
-                self.lines.append((now(), line.rstrip("\n")))
-
-    def matches(self, pattern, since=0.0):
-        with self.lock:
-            return [(t, m) for t, l in self.lines if t >= since for m in [re.search(pattern, l)] if m]
-
-    def wait_for(self, pattern, timeout, since=0.0):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            found = self.matches(pattern, since)
-            if found:
-                return found[0][1]
-            if self.p.poll() is not None:
-                time.sleep(0.2)  # let the reader drain
-                found = self.matches(pattern, since)
-                if found:
-                    return found[0][1]
-                fail(f"{self.name} exited ({self.p.returncode}) before printing /{pattern}/")
-            time.sleep(0.05)
-        fail(f"{self.name}: no /{pattern}/ within {timeout} s")
-
-    def text(self):
-        with self.lock:
-            return "\n".join(f"{t:7.2f} {l}" for t, l in self.lines)
-
-
-def fail(why):
-    print(f"FAIL: {why}")
-    for p in procs:
-        print(f"---- {p.name} (pid {p.p.pid}) ----\n{p.text()[-6000:]}")
-    cleanup()
-    sys.exit(1)
-
-
-def cleanup():
-    for p in procs:
-        if p.p.poll() is None:
-            p.p.kill()
-    shutil.rmtree(WORK, ignore_errors=True)
+def mkcerts(out, *names):
+    _mkcerts(SRC, out, *names)
 
 
 def commits(syncer, since=0.0):
@@ -92,17 +39,12 @@ def commits(syncer, since=0.0):
 
 
 def wait_commit_with(syncer, island, since, timeout):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    start = now()
+    while syncer.progressing(start, timeout):
         if any(island in s for _, s in commits(syncer, since)):
             return
         time.sleep(0.1)
     fail(f"no commit with island {island} since {since:.1f} s within {timeout} s")
-
-
-def mkcerts(out, *names):
-    subprocess.run([os.path.join(SRC, "scripts", "make-certs.sh"), out, *names], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 # ---- the run's PKI, another CA, and two forged credential directories ----
@@ -122,14 +64,14 @@ for ext in ("pem", "key"):
 
 state = os.path.join(WORK, "state")
 syncer_args = [DILOCO, "syncer", CONFIG, "--certs", certs, "--state", state]
-syncer = Proc("syncer", syncer_args + ["--listen", "127.0.0.1:0"])
+syncer = Proc("syncer", cwd=WORK, args=syncer_args + ["--listen", "127.0.0.1:0"])
 port = int(syncer.wait_for(r"listening on 127\.0\.0\.1:(\d+)", 30).group(1))
 addr = f"127.0.0.1:{port}"
 syncer.wait_for(r"diloco site \S+ --site site-b --connect " + re.escape(addr) + " --certs", 5)
 initial = float(syncer.wait_for(r"initial eval loss ([0-9.]+)", 5).group(1))
 
 def site(name):
-    return Proc(name, [DILOCO, "site", CONFIG, "--site", name, "--connect", addr, "--certs", certs])
+    return Proc(name, cwd=WORK, args=[DILOCO, "site", CONFIG, "--site", name, "--connect", addr, "--certs", certs])
 
 sites = {n: site(n) for n in ("site-a", "site-b", "site-c")}
 for n, p in sites.items():
@@ -151,16 +93,16 @@ if not no_cert:
     fail(f"a client without a certificate read {len(got)} bytes from the syncer")
 print(f"client without a certificate: {no_cert}")
 # Another CA's certificate: TLS refuses it, the site gives up after 3 attempts.
-bad = Proc("foreign-ca", [DILOCO, "site", CONFIG, "--site", "site-a", "--connect", addr, "--certs", foreign,
+bad = Proc("foreign-ca", cwd=WORK, args=[DILOCO, "site", CONFIG, "--site", "site-a", "--connect", addr, "--certs", foreign,
                           "--max-attempts", "3"])
-if bad.p.wait(60) != 3:
+if bad.wait_exit(60) != 3:
     fail(f"the client with another CA's certificate exited {bad.p.returncode}, expected 3 (could not join)")
 bad.wait_for(r"could not join the syncer", 5)
 print("client with another CA's certificate: " + bad.matches(r"giving up .*")[0][1].group(0)[:160])
 # A valid certificate of site-a claiming site-b: TLS passes, the identity proof does not.
-imp = Proc("impostor", [DILOCO, "site", CONFIG, "--site", "site-b", "--connect", addr, "--certs", impostor,
+imp = Proc("impostor", cwd=WORK, args=[DILOCO, "site", CONFIG, "--site", "site-b", "--connect", addr, "--certs", impostor,
                         "--max-attempts", "2"])
-if imp.p.wait(60) != 3:
+if imp.wait_exit(60) != 3:
     fail(f"the impostor exited {imp.p.returncode}, expected 3")
 syncer.wait_for(r"refused: site 'site-b' not authenticated: certificate CN=site-a cannot speak for site 'site-b'", 5)
 print("site-a's certificate claiming site-b: refused by the syncer")
@@ -191,7 +133,7 @@ os.kill(syncer.p.pid, signal.SIGKILL)
 skilled = now()
 print(f"{skilled:7.2f}s kill -9 syncer at global round {last_round}")
 time.sleep(1.0)
-syncer = Proc("syncer-2", syncer_args + ["--listen", addr])
+syncer = Proc("syncer-2", cwd=WORK, args=syncer_args + ["--listen", addr])
 m = syncer.wait_for(r"syncer restored \(from the last snapshot\) at global round (\d+)", 30)
 restored = int(m.group(1))
 if restored <= 0:
@@ -203,7 +145,7 @@ print(f"{now():7.2f}s syncer resumed from round {restored} (was {last_round}); e
 
 # ---- the end: every site finishes, the syncer reports a loss below the start ----
 for n, p in sites.items():
-    if p.p.wait(150) != 0:
+    if p.wait_exit(150) != 0:
         fail(f"{n} exited {p.p.returncode}")
 # Every island told the syncer it finished: the syncer ends at once, not after train.final_sync_s.
 done = syncer.wait_for(r"done: syncer, (\d+) global rounds, final eval loss ([0-9.]+)", 10)

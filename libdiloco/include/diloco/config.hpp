@@ -124,6 +124,10 @@ struct NetConfig {
   double timeout_ms = 2000.0;             // a site silent this long counts as lost
   double reconnect_initial_ms = 100.0;    // first reconnect delay, doubling per attempt
   double reconnect_max_ms = 3000.0;       // cap of the reconnect delay
+  std::string syncer_name = "syncer";     // the name the syncer's certificate must carry (CN / subjectAltName)
+  double handshake_ms = 5000.0;           // a connection that has not proven its identity by then is closed
+  int pending_per_address = 32;           // connections still in their handshake from one address
+  int pending_total = 256;                // ... and from all addresses together
 };
 
 /// Emulated WAN between every island and the syncer (both directions alike), or none.

@@ -1,7 +1,8 @@
 // Islands and the syncer in separate processes: the syncer publishes a gateway over CAF's io
-// middleman (mutual TLS through libcaf_openssl by default), a site process connects to it with
-// capped exponential back-off, proves which site it is, and gets a relay its islands treat as
-// their syncer. Heartbeats in both directions; a silent or disconnected site loses its islands.
+// middleman on loopback behind its front door (door.hpp: mutual TLS, identity and BASP checks),
+// a site process connects through its own door with capped exponential back-off, proves which
+// site it is, and gets a relay its islands treat as their syncer. Heartbeats in both
+// directions; a silent or disconnected site loses its islands.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,9 @@
 #include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "diloco/actors/door.hpp"
 #include "diloco/actors/runtime.hpp"
+#include "diloco/door.hpp"
 
 namespace diloco::actors {
 
@@ -32,28 +35,28 @@ typename Inspector::result_type inspect(Inspector& f, SiteSession& x) {
   return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps);
 }
 
-/// "HOST:PORT" (port 0: any free port when listening). Throws std::invalid_argument.
-struct Endpoint {
-  std::string host;
-  std::uint16_t port = 0;
-};
-Endpoint parse_endpoint(const std::string& s);
+/// A line for the process's timeline (who connected, was refused, was lost).
+using NetLog = std::function<void(const std::string&)>;
 
 /// One party's TLS material from a scripts/make-certs.sh directory: DIR/ca.pem, DIR/NAME.pem,
 /// DIR/NAME.key. Throws std::runtime_error naming a missing file.
-struct TlsFiles {
-  std::string ca, cert, key;
-};
+using TlsFiles = DoorTls;
 TlsFiles tls_files(const std::string& dir, const std::string& name);
 
-/// Prepares an actor system for the network: the site protocol's message types, the io
-/// middleman with BASP heartbeats and connection timeout from [net], and, when `tls` is set,
-/// the OpenSSL module with that certificate, key and CA (peers must present a certificate
-/// signed by the CA). Call after configure_runtime_system.
-void configure_network(caf::actor_system_config& cfg, const NetConfig& net, const TlsFiles* tls);
+/// Prepares an actor system for the network: the site protocol's message types and the io
+/// middleman with BASP heartbeats and connection timeout from [net]. CAF itself speaks only to
+/// loopback: TLS is the door's (door.hpp). Call after configure_runtime_system.
+void configure_network(caf::actor_system_config& cfg, const NetConfig& net);
 
-/// A line for the process's timeline (who connected, was refused, was lost).
-using NetLog = std::function<void(const std::string&)>;
+/// The door of a syncer process: public connections on `at` are proven (mutual TLS with
+/// `tls`, certificate CN = a site of the roster; none under --insecure), held to the
+/// handshake bounds of [net], and spliced to the gateway CAF published on loopback at
+/// `caf_port`. Throws std::runtime_error when `at` cannot be bound.
+std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at, std::uint16_t caf_port,
+                                       const TlsFiles* tls, NetLog log);
+/// The door of a site process: its CAF dials the returned door's loopback port, and the door
+/// dials the syncer at `syncer`, requiring (with `tls`) a certificate for net.syncer_name.
+std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& syncer, const TlsFiles* tls, NetLog log);
 
 /// The syncer side. `ca_file` empty = insecure: a site is taken at its word (no proof).
 struct GatewayOptions {
@@ -65,14 +68,16 @@ struct GatewayOptions {
 /// and gets a SiteSession whose relay checks every frame's sender and island before it reaches
 /// the syncer (refusals are counted as rejected).
 caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o);
-/// Publishes the gateway at `at` (TLS unless `tls` is false); returns the bound port.
-caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway, const Endpoint& at, bool tls);
+/// Publishes the gateway to CAF's middleman on loopback (any free port; only the door reaches
+/// it); returns the bound port.
+caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway);
 
 /// The site side.
 struct ConnectorOptions {
   std::string site;
-  Endpoint syncer;
-  bool tls = true;
+  Endpoint syncer;                                    // the site's door on loopback
+  std::string syncer_label;                           // how log lines name the syncer ("" = syncer's host:port)
+  bool tls = true;                                    // prove the site's key to the gateway
   std::string cert_file, key_file;                    // tls: sent / signs the challenge
   int max_attempts = 0;                               // failed attempts in a row before giving up (0: never)
   std::function<void(const SiteSession&)> on_session; // every new session (on the connector's thread)

@@ -1,0 +1,103 @@
+// The rules of a process's front door to the network, as plain code: which connections that
+// have not yet proven an identity may wait for their handshake, and which BASP bytes from a
+// proven peer may reach CAF 0.17.6's parser (actors/door.cpp runs the sockets and TLS).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "diloco/expected.hpp"
+
+namespace diloco {
+
+/// "HOST:PORT" of a listener or a peer (port 0: any free port when listening).
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+/// Parses "HOST:PORT" or "[V6]:PORT". Throws std::invalid_argument naming what is wrong.
+Endpoint parse_endpoint(const std::string& s);
+
+/// Which end of a CAF BASP connection wrote a byte stream: the client dialled (a site), the
+/// server published (the syncer).
+enum class BaspSender { client, server };
+
+/// Checks one direction of a BASP connection header by header before CAF sees it.
+///
+/// CAF 0.17.6 dereferences a null payload for a handshake header that announces no payload
+/// (`basp::instance::handle`, e.g. operation 0 with payload length 0 and operation data 1): one
+/// 32-byte frame kills the process. CAF's own `valid(header)` lets those through. This filter
+/// accepts a header only when CAF can handle it: a known operation, the handshake that belongs
+/// to the sender's side and only as its first frame, a payload wherever CAF will read one, the
+/// zero fields CAF requires, and a payload no larger than `max_payload`. Payload bytes pass
+/// unread (CAF's deserializer bounds them). Streams may arrive in any chunking.
+class BaspFilter {
+public:
+  static constexpr std::size_t header_size = 32;
+  BaspFilter(BaspSender sender, std::uint32_t max_payload);
+
+  /// The next bytes of the stream. The first bad header is an error that names it; after an
+  /// error the connection must be closed (every later call fails the same way).
+  Status feed(std::span<const std::byte> bytes);
+  /// Complete headers accepted so far.
+  std::uint64_t frames() const { return frames_; }
+
+private:
+  Status check(const std::array<std::byte, header_size>& h);
+
+  BaspSender sender_;
+  std::uint32_t max_payload_;
+  std::array<std::byte, header_size> header_{};
+  std::size_t have_ = 0;              // header bytes collected
+  std::uint64_t payload_left_ = 0;    // payload bytes still to pass
+  std::uint64_t frames_ = 0;
+  std::optional<Error> failed_;
+};
+
+/// Bounds the connections that are still in their handshake (nothing proven yet), so that idle
+/// or slow connections cannot lock legitimate peers out.
+///
+/// Every pending connection has a deadline (`handshake_s` after it arrived). At most
+/// `per_address` wait from one address and `total` from all: a newcomer past either bound
+/// evicts the oldest pending connection of its address (else the oldest overall), so a flood
+/// of idle connections costs the flooder its own oldest ones and a legitimate peer that
+/// completes its handshake promptly still gets in. Time is a parameter.
+class DoorAdmission {
+public:
+  struct Limits {
+    std::size_t per_address = 32;
+    std::size_t total = 256;
+    double handshake_s = 5.0;
+  };
+  explicit DoorAdmission(Limits limits);
+
+  /// Connection `id` (ids only grow) from `address` arrived at `now`: it is pending; returns
+  /// the pending connections to close to make room for it, oldest first.
+  std::vector<std::uint64_t> admit(std::uint64_t id, const std::string& address, double now);
+  /// The connection finished its handshake or closed: it no longer counts.
+  void settle(std::uint64_t id);
+  /// Pending connections whose deadline has passed at `now`.
+  std::vector<std::uint64_t> expired(double now) const;
+  /// The earliest deadline of a pending connection (infinity when none waits).
+  double next_deadline() const;
+  std::size_t pending() const { return pending_.size(); }
+  std::size_t pending_from(const std::string& address) const;
+  const Limits& limits() const { return limits_; }
+
+private:
+  struct Entry {
+    std::string address;
+    double deadline;
+  };
+  Limits limits_;
+  std::map<std::uint64_t, Entry> pending_;  // by id: oldest first
+  std::map<std::string, std::size_t> per_address_;
+};
+
+}  // namespace diloco

@@ -1,0 +1,172 @@
+// The front door's rules: BASP header checks against CAF 0.17.6's parser, and the bounded wait
+// of connections that have not proven an identity yet.
+#include "diloco/door.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace diloco {
+
+Endpoint parse_endpoint(const std::string& s) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw std::invalid_argument("expected HOST:PORT (got \"" + s + "\")");
+  Endpoint e;
+  e.host = s.substr(0, colon);
+  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
+  const auto port = s.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoul(port) > 65535)
+    throw std::invalid_argument("bad port in \"" + s + "\"");
+  e.port = static_cast<std::uint16_t>(std::stoul(port));
+  return e;
+}
+
+// ---- BaspFilter ----
+
+namespace {
+
+// CAF 0.17's binary serializer writes integers in network byte order. Header layout:
+// operation u8, padding u8 u8, flags u8, payload_len u32, operation_data u64,
+// source_actor u64, dest_actor u64 (32 bytes).
+std::uint64_t be(const std::array<std::byte, BaspFilter::header_size>& h, std::size_t at, std::size_t n) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(h[at + i]);
+  return v;
+}
+
+enum : std::uint8_t { server_handshake = 0, client_handshake, direct_message, routed_message, monitor_message,
+                      down_message, heartbeat };
+
+const char* op_name(std::uint64_t op) {
+  static const char* names[] = {"server_handshake", "client_handshake", "direct_message", "routed_message",
+                                "monitor_message", "down_message", "heartbeat"};
+  return op <= heartbeat ? names[op] : "unknown operation";
+}
+
+}  // namespace
+
+BaspFilter::BaspFilter(BaspSender sender, std::uint32_t max_payload) : sender_(sender), max_payload_(max_payload) {}
+
+Status BaspFilter::check(const std::array<std::byte, header_size>& h) {
+  const auto op = be(h, 0, 1);
+  const auto flags = be(h, 3, 1);
+  const auto len = be(h, 4, 4);
+  const auto data = be(h, 8, 8);
+  const auto src = be(h, 16, 8);
+  const auto dst = be(h, 24, 8);
+  const bool first = frames_ == 0;
+  auto bad = [&](const std::string& why) {
+    return Error{errc::malformed, "BASP header " + std::to_string(frames_ + 1) + " (" + op_name(op) + ", payload " +
+                                      std::to_string(len) + " bytes): " + why};
+  };
+  if (op > heartbeat) return bad("operation " + std::to_string(op) + " is not a BASP operation");
+  if (flags & ~std::uint64_t{0x03}) return bad("unknown flags " + std::to_string(flags));
+  if (len > max_payload_) return bad("payload larger than " + std::to_string(max_payload_) + " bytes");
+  // A handshake only from its own side, and that side's first frame is its handshake.
+  const std::uint64_t own_handshake = sender_ == BaspSender::server ? server_handshake : client_handshake;
+  const std::uint64_t other_handshake = sender_ == BaspSender::server ? client_handshake : server_handshake;
+  if (op == other_handshake)
+    return bad(std::string("a ") + (sender_ == BaspSender::server ? "server" : "client") + " never sends it");
+  if (first && op != own_handshake) return bad("the first frame must be the handshake");
+  // The client repeats its handshake once with select_connection set; more is never needed.
+  if (!first && op == own_handshake && sender_ == BaspSender::server) return bad("a second server handshake");
+  switch (op) {
+    case server_handshake:
+      if (len == 0 || data == 0) return bad("a server handshake carries a payload and the published port");
+      break;
+    case client_handshake:
+      if (len == 0 || src != 0 || dst != 0) return bad("a client handshake carries a payload and no actor ids");
+      break;
+    case direct_message:
+    case routed_message:
+      if (len == 0 || dst == 0) return bad("a message needs a payload and a receiver");
+      break;
+    case monitor_message:
+      if (len == 0 || data != 0) return bad("a monitor message carries a payload and no operation data");
+      break;
+    case down_message:
+      if (len == 0 || data != 0 || src == 0 || dst != 0) return bad("a down message carries a payload and its source");
+      break;
+    case heartbeat:
+      if (len != 0 || data != 0 || src != 0 || dst != 0) return bad("a heartbeat is all zeros");
+      break;
+  }
+  payload_left_ = len;
+  ++frames_;
+  return {};
+}
+
+Status BaspFilter::feed(std::span<const std::byte> bytes) {
+  if (failed_) return *failed_;
+  while (!bytes.empty()) {
+    if (payload_left_ > 0) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(payload_left_, bytes.size()));
+      payload_left_ -= n;
+      bytes = bytes.subspan(n);
+      continue;
+    }
+    const std::size_t n = std::min(header_size - have_, bytes.size());
+    std::copy_n(bytes.begin(), n, header_.begin() + static_cast<std::ptrdiff_t>(have_));
+    have_ += n;
+    bytes = bytes.subspan(n);
+    if (have_ < header_size) break;
+    have_ = 0;
+    if (auto ok = check(header_); !ok) {
+      failed_ = ok.error();
+      return ok;
+    }
+  }
+  return {};
+}
+
+// ---- DoorAdmission ----
+
+DoorAdmission::DoorAdmission(Limits limits) : limits_(limits) {
+  limits_.per_address = std::max<std::size_t>(1, limits_.per_address);
+  limits_.total = std::max<std::size_t>(1, limits_.total);
+}
+
+std::vector<std::uint64_t> DoorAdmission::admit(std::uint64_t id, const std::string& address, double now) {
+  std::vector<std::uint64_t> evict;
+  if (pending_from(address) >= limits_.per_address) {
+    for (const auto& [k, e] : pending_)
+      if (e.address == address) {
+        evict.push_back(k);
+        break;
+      }
+  } else if (pending_.size() >= limits_.total) {
+    evict.push_back(pending_.begin()->first);
+  }
+  for (auto k : evict) settle(k);
+  pending_[id] = Entry{address, now + limits_.handshake_s};
+  ++per_address_[address];
+  return evict;
+}
+
+void DoorAdmission::settle(std::uint64_t id) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  if (auto a = per_address_.find(it->second.address); a != per_address_.end() && --a->second == 0) per_address_.erase(a);
+  pending_.erase(it);
+}
+
+std::vector<std::uint64_t> DoorAdmission::expired(double now) const {
+  std::vector<std::uint64_t> out;
+  for (const auto& [k, e] : pending_)
+    if (e.deadline <= now) out.push_back(k);
+  return out;
+}
+
+double DoorAdmission::next_deadline() const {
+  double d = std::numeric_limits<double>::infinity();
+  for (const auto& [k, e] : pending_) d = std::min(d, e.deadline);
+  return d;
+}
+
+std::size_t DoorAdmission::pending_from(const std::string& address) const {
+  auto it = per_address_.find(address);
+  return it == per_address_.end() ? 0 : it->second;
+}
+
+}  // namespace diloco

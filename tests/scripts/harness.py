@@ -1,0 +1,102 @@
+"""Child processes of a multi-process test: output lines collected with arrival times,
+patterns waited for while the process makes progress, every child killed and the work directory removed on the
+way out (fail() prints each child's last output first). Shared by the sites tests."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+T0 = time.monotonic()
+procs = []
+work_dirs = []
+
+
+def now():
+    return time.monotonic() - T0
+
+
+class Proc:
+    """A child process whose output lines are collected (with arrival times) by a thread."""
+
+    def __init__(self, name, args, cwd):
+        self.name, self.lines, self.lock = name, [], threading.Lock()
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
+        procs.append(self)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            with self.lock:
+                self.lines.append((now(), line.rstrip("\n")))
+
+    def matches(self, pattern, since=0.0):
+        with self.lock:
+            return [(t, m) for t, l in self.lines if t >= since for m in [re.search(pattern, l)] if m]
+
+    def last_output(self):
+        with self.lock:
+            return self.lines[-1][0] if self.lines else 0.0
+
+    def progressing(self, start, timeout):
+        """Whether a wait begun at `start` may go on: less than `timeout` seconds since the wait
+        began or since the process last printed, and less than 5x `timeout` in all."""
+        t = now()
+        return t - max(start, self.last_output()) < timeout and t - start < 5 * timeout
+
+    def wait_exit(self, timeout):
+        """The exit code, waiting while the process makes progress (as wait_for); fails if it stalls."""
+        start = now()
+        while self.progressing(start, timeout):
+            if self.p.poll() is not None:
+                return self.p.returncode
+            time.sleep(0.05)
+        fail(f"{self.name} still running, no output for {timeout} s")
+
+    def wait_for(self, pattern, timeout, since=0.0):
+        """The first match of `pattern` printed since `since`. Fails when the process exits without
+        it, or prints nothing new for `timeout` seconds: a slow build (sanitizers) that keeps making
+        progress is given the time it needs (up to 5x `timeout`), a stalled one is not."""
+        start = now()
+        while self.progressing(start, timeout):
+            found = self.matches(pattern, since)
+            if found:
+                return found[0][1]
+            if self.p.poll() is not None:
+                time.sleep(0.2)  # let the reader drain
+                found = self.matches(pattern, since)
+                if found:
+                    return found[0][1]
+                fail(f"{self.name} exited ({self.p.returncode}) before printing /{pattern}/")
+            time.sleep(0.05)
+        fail(f"{self.name}: no /{pattern}/ and no output for {timeout} s")
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def text(self):
+        with self.lock:
+            return "\n".join(f"{t:7.2f} {l}" for t, l in self.lines)
+
+
+def fail(why):
+    print(f"FAIL: {why}")
+    for p in procs:
+        print(f"---- {p.name} (pid {p.p.pid}) ----\n{p.text()[-6000:]}")
+    cleanup()
+    sys.exit(1)
+
+
+def cleanup():
+    for p in procs:
+        if p.p.poll() is None:
+            p.p.kill()
+    for d in work_dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def mkcerts(src, out, *names):
+    subprocess.run([os.path.join(src, "scripts", "make-certs.sh"), out, *names], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,0 +1,169 @@
+// The front door's rules: BASP headers CAF 0.17.6 cannot take are refused before CAF sees them,
+// and idle connections cannot lock a legitimate peer out.
+#define BOOST_TEST_MODULE door
+#include <boost/test/unit_test.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "diloco/door.hpp"
+
+using namespace diloco;
+
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+void put_be(Bytes& b, std::uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; --i) b.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+
+/// A BASP header as CAF 0.17 writes it (network byte order), then `payload` bytes.
+Bytes frame(std::uint8_t op, std::uint32_t len, std::uint64_t data = 0, std::uint64_t src = 0, std::uint64_t dst = 0,
+            std::uint8_t flags = 0) {
+  Bytes b{static_cast<std::byte>(op), std::byte{0}, std::byte{0}, static_cast<std::byte>(flags)};
+  put_be(b, len, 4);
+  put_be(b, data, 8);
+  put_be(b, src, 8);
+  put_be(b, dst, 8);
+  b.resize(b.size() + len, std::byte{0x5a});
+  return b;
+}
+
+Bytes cat(std::initializer_list<Bytes> parts) {
+  Bytes out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+Bytes hex(const std::string& h) {
+  Bytes b;
+  for (std::size_t i = 0; i + 1 < h.size(); i += 2) b.push_back(static_cast<std::byte>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  return b;
+}
+
+constexpr std::uint32_t max_payload = 1 << 20;
+
+bool ok_(const Status& s) { return s.has_value(); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_32_byte_frame_that_crashes_caf_is_refused_from_a_client) {
+  // Operation 0 (server handshake), payload length 0, operation data 1: a null payload in
+  // caf::io::basp::instance::handle.
+  BaspFilter f(BaspSender::client, max_payload);
+  auto ok = f.feed(hex("0000000000000000000000000000000100000000000000000000000000000000"));
+  BOOST_REQUIRE(!ok);
+  BOOST_TEST(ok.error().reason.find("server_handshake") != std::string::npos);
+  BOOST_TEST(ok.error().reason.find("a client never sends it") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_rogue_server_cannot_send_a_handshake_without_payload) {
+  BaspFilter f(BaspSender::server, max_payload);
+  auto ok = f.feed(frame(0, 0, 1));
+  BOOST_REQUIRE(!ok);
+  BOOST_TEST(ok.error().reason.find("carries a payload") != std::string::npos);
+  // Same for a client handshake without payload from a client.
+  BaspFilter c(BaspSender::client, max_payload);
+  BOOST_TEST(!ok_(c.feed(frame(1, 0))));
+}
+
+BOOST_AUTO_TEST_CASE(a_well_formed_client_stream_passes_in_any_chunking) {
+  const Bytes stream = cat({frame(1, 40), frame(1, 40, 0, 0, 0, 0x02), frame(2, 100, 0, 7, 9), frame(6, 0),
+                            frame(4, 24), frame(5, 30, 0, 11, 0), frame(3, 60, 0, 1, 2)});
+  for (std::size_t piece : {std::size_t{1}, std::size_t{7}, std::size_t{32}, std::size_t{33}, stream.size()}) {
+    BaspFilter f(BaspSender::client, max_payload);
+    for (std::size_t at = 0; at < stream.size(); at += piece) {
+      const auto n = std::min(piece, stream.size() - at);
+      BOOST_REQUIRE(ok_(f.feed(std::span<const std::byte>(stream).subspan(at, n))));
+    }
+    BOOST_TEST(f.frames() == 7u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_server_stream_starts_with_its_handshake_once) {
+  BaspFilter f(BaspSender::server, max_payload);
+  BOOST_TEST(ok_(f.feed(cat({frame(0, 50, 7700), frame(6, 0), frame(2, 10, 0, 1, 2)}))));
+  BOOST_TEST(!ok_(f.feed(frame(0, 50, 7700))));  // a second server handshake
+  BaspFilter g(BaspSender::server, max_payload);
+  BOOST_TEST(!ok_(g.feed(frame(6, 0))));  // no handshake first
+}
+
+BOOST_AUTO_TEST_CASE(headers_caf_would_misread_are_refused) {
+  auto refused = [](Bytes first_then) {
+    BaspFilter f(BaspSender::client, max_payload);
+    BOOST_REQUIRE(ok_(f.feed(frame(1, 40))));
+    return !ok_(f.feed(first_then));
+  };
+  BOOST_TEST(refused(frame(7, 0)));                      // unknown operation
+  BOOST_TEST(refused(frame(2, 10, 0, 1, 2, 0x80)));      // unknown flag
+  BOOST_TEST(refused(frame(2, 0, 0, 1, 2)));             // message without payload
+  BOOST_TEST(refused(frame(2, 10, 0, 1, 0)));            // message without receiver
+  BOOST_TEST(refused(frame(4, 10, 5)));                  // monitor with operation data
+  BOOST_TEST(refused(frame(5, 10, 0, 0, 0)));            // down message without source
+  BOOST_TEST(refused(frame(6, 0, 1)));                   // heartbeat that is not all zeros
+  Bytes big = frame(2, 0, 0, 1, 2);
+  big[4] = std::byte{0x7f};                              // payload length 2^31-ish, no body needed
+  BOOST_TEST(refused(big));
+}
+
+BOOST_AUTO_TEST_CASE(a_refused_stream_stays_refused) {
+  BaspFilter f(BaspSender::client, max_payload);
+  BOOST_REQUIRE(!ok_(f.feed(frame(7, 0))));
+  BOOST_TEST(!ok_(f.feed(frame(1, 40))));
+}
+
+BOOST_AUTO_TEST_CASE(a_flood_of_idle_connections_evicts_its_own_oldest_and_lets_a_newcomer_wait) {
+  DoorAdmission a({4, 8, 5.0});
+  std::vector<std::uint64_t> evicted;
+  for (std::uint64_t id = 1; id <= 1000; ++id) {
+    auto out = a.admit(id, "10.0.0.66", 0.001 * static_cast<double>(id));
+    evicted.insert(evicted.end(), out.begin(), out.end());
+  }
+  BOOST_TEST(a.pending() == 4u);
+  BOOST_TEST(evicted.size() == 996u);
+  BOOST_TEST(evicted.front() == 1u);
+  // A site from another address is admitted without evicting anyone of its own.
+  BOOST_TEST(a.admit(2000, "10.0.0.7", 1.0).empty());
+  BOOST_TEST(a.pending_from("10.0.0.7") == 1u);
+  // A newcomer from the flooding address costs the flooder its oldest, not the site.
+  auto out = a.admit(2001, "10.0.0.66", 1.0);
+  BOOST_REQUIRE(out.size() == 1u);
+  BOOST_TEST(out.front() == 997u);
+  BOOST_TEST(a.pending_from("10.0.0.7") == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(many_addresses_are_bounded_in_total_oldest_first) {
+  DoorAdmission a({4, 3, 5.0});
+  BOOST_TEST(a.admit(1, "a", 0.0).empty());
+  BOOST_TEST(a.admit(2, "b", 0.0).empty());
+  BOOST_TEST(a.admit(3, "c", 0.0).empty());
+  auto out = a.admit(4, "d", 0.0);
+  BOOST_REQUIRE(out.size() == 1u);
+  BOOST_TEST(out.front() == 1u);
+  BOOST_TEST(a.pending() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_handshake_that_does_not_finish_in_time_expires) {
+  DoorAdmission a({32, 256, 2.0});
+  (void)a.admit(1, "a", 10.0);
+  (void)a.admit(2, "a", 11.0);
+  BOOST_TEST(a.next_deadline() == 12.0);
+  BOOST_TEST(a.expired(11.9).empty());
+  BOOST_TEST(a.expired(12.0) == std::vector<std::uint64_t>{1});
+  a.settle(1);
+  a.settle(1);  // twice is harmless
+  BOOST_TEST(a.expired(20.0) == std::vector<std::uint64_t>{2});
+  a.settle(2);
+  BOOST_TEST(a.pending() == 0u);
+  BOOST_TEST(a.pending_from("a") == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(endpoints_parse_or_name_the_problem) {
+  auto e = parse_endpoint("[::1]:7700");
+  BOOST_TEST(e.host == "::1");
+  BOOST_TEST(e.port == 7700);
+  BOOST_CHECK_THROW(parse_endpoint("host"), std::invalid_argument);
+  BOOST_CHECK_THROW(parse_endpoint("host:70000"), std::invalid_argument);
+}
