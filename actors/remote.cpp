@@ -235,6 +235,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         for (int i : islands_of_site(rt->cfg, site)) {
           s.islands.push_back(i);
           s.steps.push_back(rt->island_steps[static_cast<std::size_t>(i)].load());
+          s.finished.push_back(rt->island_finished[static_cast<std::size_t>(i)].load() ? 1 : 0);
         }
         if (o.log)
           o.log("site " + x.site + (o.ca_file.empty() ? " connected (insecure: identity not checked)"

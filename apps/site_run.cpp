@@ -328,8 +328,18 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   co.max_attempts = f.max_attempts;
   co.log = [tl, name = f.site](const std::string& s) { tl->line(name + ": " + s); };
   co.on_give_up = [gave_up] { gave_up->store(true); };
-  co.on_session = [rt, first, mine](const SiteSession& s) {
+  auto already_finished = std::make_shared<std::atomic<bool>>(false);
+  co.on_session = [rt, first, mine, already_finished](const SiteSession& s) {
     if (first->load()) return;
+    // Restarted after its last step: every island of this site finished at the syncer.
+    bool all_finished = !mine.empty();
+    for (int i : mine) {
+      bool done = false;
+      for (std::size_t k = 0; k < s.islands.size() && k < s.finished.size(); ++k)
+        done = done || (s.islands[k] == i && s.finished[k] != 0);
+      all_finished = all_finished && done;
+    }
+    already_finished->store(all_finished);
     // A restarted site process resumes its islands at the last step the syncer heard of
     // (values from the network: only this site's islands, only plausible steps).
     for (std::size_t k = 0; k < s.islands.size() && k < s.steps.size(); ++k) {
@@ -350,6 +360,14 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     std::printf("site %s: could not join the syncer\n", f.site.c_str());
     return 3;
   }
+  if (already_finished->load()) {
+    std::printf("done: site %s, islands %s already finished (the syncer holds their last contributions); nothing "
+                "to train\n",
+                f.site.c_str(), list(mine).c_str());
+    std::fflush(stdout);
+    caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
+    return 0;
+  }
   for (int i : mine)
     if (rt->island_steps[static_cast<std::size_t>(i)] > 0)
       tl->line("island " + std::to_string(i) + " resumes at step " + std::to_string(rt->island_steps[static_cast<std::size_t>(i)]));
@@ -365,6 +383,14 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   while (rt->counters.islands_done.load() < static_cast<int>(mine.size())) {
     if (tree_failed->load()) {
       spdlog::error("site {}: the supervision tree stopped", f.site);
+      return 1;
+    }
+    if (auto why = rt->stopped()) {
+      // A diverged island: training it further or restarting it would meet the same state.
+      std::printf("site %s: run stopped: %s\n", f.site.c_str(), why->c_str());
+      std::fflush(stdout);
+      caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
       return 1;
     }
     // The final sync waits for the merges of the islands' last contributions, at most

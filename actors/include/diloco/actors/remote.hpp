@@ -24,15 +24,18 @@ namespace diloco::actors {
 
 /// The syncer's answer to a site that proved who it is: the relay its islands send to (their
 /// "syncer" in the directory), and the last step the syncer heard of from each of the site's
-/// islands, so that a restarted site process resumes them there instead of at step 0.
+/// islands, so that a restarted site process resumes them there instead of at step 0, and
+/// whether each already finished (its last contributions merged), so that a site restarted
+/// after its last step is told it is done instead of training again.
 struct SiteSession {
   caf::actor relay;
   std::vector<std::int64_t> islands;
   std::vector<std::int64_t> steps;
+  std::vector<std::int8_t> finished;  // 1: the island finished
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SiteSession& x) {
-  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps);
+  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps, x.finished);
 }
 
 /// A line for the process's timeline (who connected, was refused, was lost).

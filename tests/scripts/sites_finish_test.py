@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""A syncer restarted after some sites finished still ends the run (configs/sites.toml, loopback).
+
+site-a and site-b train to their last step and exit; the syncer waits for site-c. The syncer is
+killed with kill -9 and restarted on the same state: it must still know that site-a's and
+site-b's islands finished. site-a started again is told it is done and exits 0 without
+training; site-c then trains, and the syncer ends the run once it finished.
+
+usage: sites_finish_test.py DILOCO SOURCE_DIR
+"""
+import os
+import signal
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Proc, cleanup, fail, mkcerts, now, work_dirs  # noqa: E402
+
+DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+CONFIG = os.path.join(SRC, "configs", "sites.toml")
+WORK = tempfile.mkdtemp(prefix="diloco-finish-")
+work_dirs.append(WORK)
+SHORT = ["--set", "train.steps=60"]
+certs = os.path.join(WORK, "certs")
+mkcerts(SRC, certs, "syncer", "site-a", "site-b", "site-c")
+state = os.path.join(WORK, "state")
+
+
+def syncer(label, listen):
+    p = Proc(label, cwd=WORK, args=[DILOCO, "syncer", CONFIG, "--certs", certs, "--state", state, "--listen", listen]
+             + SHORT)
+    return p, int(p.wait_for(r"listening on 127\.0\.0\.1:(\d+)", 60).group(1))
+
+
+def site(name, port, label=None):
+    return Proc(label or name, cwd=WORK, args=[DILOCO, "site", CONFIG, "--site", name, "--connect",
+                                               f"127.0.0.1:{port}", "--certs", certs] + SHORT)
+
+
+s1, port = syncer("syncer", "127.0.0.1:0")
+a, b = site("site-a", port), site("site-b", port)
+for p in (a, b):
+    if p.wait_exit(120) != 0:
+        fail(f"{p.name} exited {p.p.returncode}")
+    p.wait_for(r"done: site", 5)
+if not s1.alive():
+    fail("the syncer ended before site-c trained")
+os.kill(s1.p.pid, signal.SIGKILL)
+s1.p.wait()
+print(f"{now():7.2f}s site-a and site-b finished; kill -9 of the syncer")
+
+s2, _ = syncer("syncer-2", f"127.0.0.1:{port}")
+s2.wait_for(r"syncer restored", 30)
+again = site("site-a", port, label="site-a-again")
+if again.wait_exit(60) != 0:
+    fail(f"site-a started after its last step exited {again.p.returncode}")
+again.wait_for(r"done: site site-a, islands 0 already finished", 5)
+if again.matches(r"island 0 step \d+ train loss"):
+    fail("site-a trained again after it had finished")
+print(f"{now():7.2f}s site-a started again: told it is done, exited 0 without training")
+
+c = site("site-c", port)
+if c.wait_exit(120) != 0:
+    fail(f"site-c exited {c.p.returncode}")
+if s2.wait_exit(60) != 0:
+    fail(f"the restarted syncer exited {s2.p.returncode}")
+s2.wait_for(r"done: syncer", 5)
+print(f"PASS: the restarted syncer ended the run once site-c finished; {now():.0f} s")
+cleanup()
