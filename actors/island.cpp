@@ -108,6 +108,11 @@ void island_diverged(caf::event_based_actor* self, Runtime& rt, IslandState& st,
   rt.emit({RuntimeEvent::diverged, i, -1, st.core->step(), 0, fragment, 0, {}, why, detail::now_s(self)});
   spdlog::error("{}", why);
   rt.stop(why);
+  if (st.syncer) {  // a syncer in another process learns it here (in one process rt is shared)
+    auto pm = st.core->progress();
+    pm.diverged = true;
+    detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value, detail::to_wire(encode_message(pm)));
+  }
   self->set_down_handler([](caf::down_msg&) {});
   // Every message of the island's protocol is taken and ignored (an unhandled one would send
   // its sender an error that ends it).

@@ -299,6 +299,14 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         const int id = pm.island;
         const double now = detail::now_s(self);
         if (st.core && !st.ddp) st.core->heard(id, pm.local_step);  // (ignores unknown islands)
+        if (pm.diverged && id >= 0 && id < rt->cfg.train.islands) {
+          // The island's state holds NaN or infinity: the run cannot go on (as for the syncer's own).
+          const std::string why = "island " + std::to_string(id) + " reported that it diverged at step " +
+                                  std::to_string(pm.local_step);
+          rt->emit({RuntimeEvent::diverged, id, -1, static_cast<long>(pm.local_step), 0, -1, 0, {}, why, now});
+          rt->stop(why);
+          return;
+        }
         if (pm.finished) {
           // The island trained its budget and sent its last contributions: rounds stop
           // waiting for it, so those commit even below the quorum.

@@ -389,6 +389,7 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
       // A diverged island: training it further or restarting it would meet the same state.
       std::printf("site %s: run stopped: %s\n", f.site.c_str(), why->c_str());
       std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the island's report reaches the syncer
       caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
       return 1;

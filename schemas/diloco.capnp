@@ -53,6 +53,7 @@ struct Progress {
   localStep @1 :UInt64;
   fragments @2 :List(FragmentCounters);
   finished @3 :Bool;         # trained its budget and flushed: sends no more outer gradients
+  diverged @4 :Bool;         # its state holds NaN or infinity: the run cannot go on
 }
 
 # A (re)started island asks for the current global fragments (heal).

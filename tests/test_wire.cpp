@@ -228,7 +228,7 @@ BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
   FragmentMessage fm{FragmentHeader{FragmentKind::global_params, syncer_id, 1, 77, 0, 0}, *enc};
   const std::vector<Message> msgs = {
       Message(fm),
-      Message(ProgressMessage{3, 12345, {{0, 5, 100, 2}, {1, 6, 200, 4}}, true}),
+      Message(ProgressMessage{3, 12345, {{0, 5, 100, 2}, {1, 6, 200, 4}}, true, true}),
       Message(JoinRequest{2, 9}),
       Message(JoinReply{{fm, fm}}),
       Message(Heartbeat{-1, 42, 1'000'000'007}),
@@ -257,6 +257,7 @@ BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
   BOOST_TEST(p.island == 3);
   BOOST_TEST(p.local_step == 12345u);
   BOOST_TEST(p.finished);
+  BOOST_TEST(p.diverged);
   BOOST_TEST_REQUIRE(p.fragments.size() == 2u);
   BOOST_TEST(p.fragments[1].index == 1u);
   BOOST_TEST(p.fragments[1].base_round == 6u);

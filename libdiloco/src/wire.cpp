@@ -273,6 +273,7 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       m.island = p.getIsland();
       m.local_step = p.getLocalStep();
       m.finished = p.getFinished();
+      m.diverged = p.getDiverged();
       auto list = p.getFragments();
       if (list.size() > limits.max_fragments)
         return Error{errc::wrong_length, "progress reports " + num(list.size()) + " fragments, limit " + num(limits.max_fragments)};
@@ -372,6 +373,7 @@ Frame encode_message(const Message& m) {
           p.setIsland(msg.island);
           p.setLocalStep(msg.local_step);
           p.setFinished(msg.finished);
+          p.setDiverged(msg.diverged);
           auto list = p.initFragments(static_cast<unsigned>(msg.fragments.size()));
           for (unsigned i = 0; i < msg.fragments.size(); ++i) {
             list[i].setIndex(msg.fragments[i].index);

@@ -6,6 +6,9 @@ killed with kill -9 and restarted on the same state: it must still know that sit
 site-b's islands finished. site-a started again is told it is done and exits 0 without
 training; site-c then trains, and the syncer ends the run once it finished.
 
+Then a run whose islands diverge (inner lr 1e30): each site ends with exit 1 naming the
+divergence, and the syncer, told by the islands, ends too (exit 1) instead of waiting for them.
+
 usage: sites_finish_test.py DILOCO SOURCE_DIR
 """
 import os
@@ -26,15 +29,15 @@ mkcerts(SRC, certs, "syncer", "site-a", "site-b", "site-c")
 state = os.path.join(WORK, "state")
 
 
-def syncer(label, listen):
+def syncer(label, listen, extra=()):
     p = Proc(label, cwd=WORK, args=[DILOCO, "syncer", CONFIG, "--certs", certs, "--state", state, "--listen", listen]
-             + SHORT)
+             + SHORT + list(extra))
     return p, int(p.wait_for(r"listening on 127\.0\.0\.1:(\d+)", 60).group(1))
 
 
-def site(name, port, label=None):
+def site(name, port, label=None, extra=()):
     return Proc(label or name, cwd=WORK, args=[DILOCO, "site", CONFIG, "--site", name, "--connect",
-                                               f"127.0.0.1:{port}", "--certs", certs] + SHORT)
+                                               f"127.0.0.1:{port}", "--certs", certs] + SHORT + list(extra))
 
 
 s1, port = syncer("syncer", "127.0.0.1:0")
@@ -65,5 +68,18 @@ if c.wait_exit(120) != 0:
 if s2.wait_exit(60) != 0:
     fail(f"the restarted syncer exited {s2.p.returncode}")
 s2.wait_for(r"done: syncer", 5)
-print(f"PASS: the restarted syncer ended the run once site-c finished; {now():.0f} s")
+print(f"{now():7.2f}s the restarted syncer ended the run once site-c finished")
+
+state = os.path.join(WORK, "state-diverging")
+DIVERGE = ["--set", "inner.lr=1e30"]
+s3, port = syncer("syncer-diverging", "127.0.0.1:0", DIVERGE)
+sites = [site(n, port, label=f"{n}-diverging", extra=DIVERGE) for n in ("site-a", "site-b", "site-c")]
+for p in sites:
+    if p.wait_exit(60) != 1:
+        fail(f"{p.name} exited {p.p.returncode}, expected 1 (its island diverged)")
+    p.wait_for(r"run stopped: island \d diverged", 5)
+if s3.wait_exit(30) != 1:
+    fail(f"the syncer of a diverging run exited {s3.p.returncode}, expected 1")
+s3.wait_for(r"island \d reported that it diverged", 5)
+print(f"PASS: a diverging run ends everywhere with exit 1; {now():.0f} s")
 cleanup()

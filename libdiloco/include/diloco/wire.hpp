@@ -58,6 +58,9 @@ struct ProgressMessage {
   /// The island trained its budget and sent all its progress: the syncer stops counting on
   /// further contributions from it (its quorum shrinks; SyncerCore::finish).
   bool finished = false;
+  /// The island's state holds NaN or infinity (IslandCore::health): the run cannot go on. Sent
+  /// once, so that a syncer in another process ends the run instead of waiting for the island.
+  bool diverged = false;
 };
 
 /// A (re)started island asking for the current global fragments (heal).
