@@ -14,7 +14,7 @@
 
 #include "detail.hpp"
 #include "diloco/ddp.hpp"
-#include "diloco/island.hpp"
+#include "diloco/island_core.hpp"
 
 namespace diloco::actors {
 

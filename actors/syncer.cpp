@@ -17,7 +17,7 @@
 
 #include "detail.hpp"
 #include "diloco/ddp.hpp"
-#include "diloco/syncer.hpp"
+#include "diloco/syncer_core.hpp"
 
 namespace diloco::actors {
 

@@ -25,7 +25,7 @@
 
 #include "diloco/actors/remote.hpp"
 #include "diloco/actors/runtime.hpp"
-#include "diloco/syncer.hpp"
+#include "diloco/syncer_core.hpp"
 
 namespace {
 

@@ -21,7 +21,7 @@
 
 #include "diloco/actors/runtime.hpp"
 #include "diloco/loops.hpp"
-#include "diloco/syncer.hpp"
+#include "diloco/syncer_core.hpp"
 
 using namespace diloco;
 using namespace diloco::actors;

@@ -14,9 +14,9 @@
 #include "diloco/checkpoint.hpp"
 #include "diloco/config.hpp"
 #include "diloco/data.hpp"
-#include "diloco/island.hpp"
+#include "diloco/island_core.hpp"
 #include "diloco/loops.hpp"
-#include "diloco/syncer.hpp"
+#include "diloco/syncer_core.hpp"
 
 using namespace diloco;
 

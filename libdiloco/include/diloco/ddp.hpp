@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "diloco/expected.hpp"
-#include "diloco/island.hpp"
+#include "diloco/island_core.hpp"
 #include "diloco/optim.hpp"
 #include "diloco/params.hpp"
 #include "diloco/wire.hpp"

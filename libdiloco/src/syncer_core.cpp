@@ -1,5 +1,5 @@
 // SyncerCore: per-fragment rounds, quorum + grace decisions, token-weighted merge and snapshots.
-#include "diloco/syncer.hpp"
+#include "diloco/syncer_core.hpp"
 
 #include <algorithm>
 #include <charconv>

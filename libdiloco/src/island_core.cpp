@@ -1,5 +1,5 @@
 // IslandCore: one island's inner steps, outer-gradient frames and adoption of merged fragments.
-#include "diloco/island.hpp"
+#include "diloco/island_core.hpp"
 
 #include <algorithm>
 #include <cmath>
