@@ -74,20 +74,20 @@ void island_fire_faults(caf::event_based_actor* self, Runtime& rt, int i, long s
   for (std::size_t k = 0; k < rt.cfg.faults.size(); ++k) {
     const auto& f = rt.cfg.faults[k];
     if (f.at_step < 1 || f.island != i || f.at_step != step || rt.fault_fired[k].exchange(true)) continue;
-    const std::string why = fmt::format("injected fault: {} {}{} at island {} step {}", f.kill == "straggle" ? "slow" : "kill",
-                                        f.kill == "straggle" ? "island" : f.kill,
-                                        f.kill == "chip" ? fmt::format(" {}", f.chip) : std::string(), i, step);
-    rt.emit({RuntimeEvent::fault, i, f.kill == "chip" ? f.chip : -1, step, 0, -1, 0, {}, why, detail::now_s(self)});
+    const std::string why = fmt::format("injected fault: {} {}{} at island {} step {}", f.kill == FaultKind::straggle ? "slow" : "kill",
+                                        f.kill == FaultKind::straggle ? std::string_view("island") : name_of(f.kill),
+                                        f.kill == FaultKind::chip ? fmt::format(" {}", f.chip) : std::string(), i, step);
+    rt.emit({RuntimeEvent::fault, i, f.kill == FaultKind::chip ? f.chip : -1, step, 0, -1, 0, {}, why, detail::now_s(self)});
     spdlog::warn("{}", why);
     const double back = detail::now_s(self) + f.duration_s;  // repair time (0: at once)
     auto reason = caf::make_error(caf::sec::runtime_error, why);
-    if (f.kill == "straggle") {
+    if (f.kill == FaultKind::straggle) {
       rt.straggle_factor[static_cast<std::size_t>(i)] = f.factor;
       rt.straggle_until[static_cast<std::size_t>(i)] = back;
-    } else if (f.kill == "chip") {
+    } else if (f.kill == FaultKind::chip) {
       rt.chip_repair[static_cast<std::size_t>(i)][static_cast<std::size_t>(f.chip)] = back;
       exit_signal(rt.dir.chip(i, f.chip), reason);
-    } else if (f.kill == "syncer") {
+    } else if (f.kill == FaultKind::syncer) {
       rt.syncer_repair = back;
       exit_signal(rt.dir.syncer(), reason);
     } else {

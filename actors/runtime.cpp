@@ -105,10 +105,10 @@ std::vector<ChaosEvent> make_schedule(const RunConfig& cfg) {
     ChaosEvent e;
     e.at_s = f.at_s;
     e.duration_s = f.duration_s;
-    if (f.kill == "chip") e.kind = ChaosEvent::kill_chip, e.island = f.island, e.chip = f.chip;
-    else if (f.kill == "island") e.kind = ChaosEvent::kill_island, e.island = f.island;
-    else if (f.kill == "syncer") e.kind = ChaosEvent::kill_syncer;
-    else if (f.kill == "straggle") e.kind = ChaosEvent::straggle, e.island = f.island, e.factor = f.factor;
+    if (f.kill == FaultKind::chip) e.kind = ChaosEvent::kill_chip, e.island = f.island, e.chip = f.chip;
+    else if (f.kill == FaultKind::island) e.kind = ChaosEvent::kill_island, e.island = f.island;
+    else if (f.kill == FaultKind::syncer) e.kind = ChaosEvent::kill_syncer;
+    else if (f.kill == FaultKind::straggle) e.kind = ChaosEvent::straggle, e.island = f.island, e.factor = f.factor;
     else e.kind = ChaosEvent::partition, e.site = site_index(cfg, f.site);
     ev.push_back(e);
   }
@@ -120,7 +120,7 @@ std::vector<ChaosEvent> make_schedule(const RunConfig& cfg) {
 
 bool Runtime::budget_spent(long step) const {
   const auto& t = cfg.train;
-  if (t.budget != "total_tokens") return step >= t.steps;
+  if (t.budget != Budget::total_tokens) return step >= t.steps;
   // The tokens of `steps` steps of every chip of every island, in whatever order.
   return counters.tokens.load() >= static_cast<std::uint64_t>(t.steps) * static_cast<std::uint64_t>(t.batch) *
                                        static_cast<std::uint64_t>(cfg.model.seq_len) *
@@ -128,14 +128,14 @@ bool Runtime::budget_spent(long step) const {
 }
 
 bool Runtime::trained() const {
-  if (cfg.train.budget == "total_tokens") return budget_spent(0);
+  if (cfg.train.budget == Budget::total_tokens) return budget_spent(0);
   for (const auto& s : island_steps)
     if (!budget_spent(s.load())) return false;
   return true;
 }
 
 bool Runtime::all_done() const {
-  const bool tokens_spent = cfg.train.budget == "total_tokens" && budget_spent(0);
+  const bool tokens_spent = cfg.train.budget == Budget::total_tokens && budget_spent(0);
   for (std::size_t i = 0; i < island_done.size(); ++i)
     if (!island_done[i].load() && !(tokens_spent && island_live[i].load() == 0)) return false;
   return true;
@@ -144,7 +144,7 @@ bool Runtime::all_done() const {
 Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
     : cfg(std::move(c)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
-                              cfg.train.mode == "diloco" || cfg.train.mode == "ddp" ? 1 : cfg.fragments.count)),
+                              cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::ddp ? 1 : cfg.fragments.count)),
       initial(layout_model->layout().size()), dir(cfg.train.islands, cfg.islands.max_chips()),
       island_steps(static_cast<std::size_t>(cfg.train.islands)),
       incarnations(static_cast<std::size_t>(cfg.train.islands)), fault_fired(cfg.faults.size()),

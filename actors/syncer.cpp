@@ -201,8 +201,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     // The synchronous baselines are the papers' algorithms (as in loops.cpp): every island in
     // every round, a plain mean of equal-weight outer gradients.
     s.quorum.min_islands = c.train.islands;
-    s.quorum.grace = "none";
-    s.merge.weighting = "uniform";
+    s.quorum.grace = GraceRule::none;
+    s.merge.weighting = Weighting::uniform;
     s.merge.rda = false;
   }
   st.core = std::make_unique<SyncerCore>(rt->plan, rt->initial, s);

@@ -65,7 +65,7 @@ void save_params(const diloco::RunConfig& cfg, const std::string& path, std::spa
   cp.params.assign(params.begin(), params.end());
   cp.momentum = {std::vector<float>(plan.size(0), 0.0f)};
   cp.rounds = {0};
-  cp.metadata["saved_by"] = "diloco run --save (mode " + cfg.train.mode + ")";
+  cp.metadata["saved_by"] = "diloco run --save (mode " + std::string(name_of(cfg.train.mode)) + ")";
   if (auto ok = diloco::save_checkpoint(path, m->layout(), plan, cp); !ok)
     throw std::runtime_error("--save " + path + ": " + ok.error().message());
   spdlog::info("saved the final parameters to {}", path);
@@ -169,10 +169,10 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   for (int i = 0; i < cfg.train.islands; ++i) speeds += fmt::format("{}{:.2f}", i ? "," : "", cfg.islands.speed_of(i));
   spdlog::info("mode {} (actor runtime{}): {} islands x {} chips (speed {}; <1 is emulated by delayed chip "
                "replies), {} steps, H={}, P={}, K={}, grace {}, encoding {}, {} scheduler threads",
-               cfg.train.mode, rt->synchronous() ? ", synchronous rounds" : "", cfg.train.islands,
+               name_of(cfg.train.mode), rt->synchronous() ? ", synchronous rounds" : "", cfg.train.islands,
                cfg.islands.counts.empty() ? std::to_string(cfg.islands.chips) : fmt::format("[{}]", fmt::join(cfg.islands.counts, ",")),
                speeds, cfg.train.steps, cfg.train.H, rt->P(),
-               rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, cfg.quorum.grace, cfg.fragments.encoding, cores);
+               rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, name_of(cfg.quorum.grace), cfg.fragments.encoding, cores);
 
   caf::actor_system_config sc;
   configure_runtime_system(sc, static_cast<std::size_t>(cores));
@@ -304,7 +304,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   std::printf("timeline (%zu events):\n", tally->timeline.size());
   for (const auto& l : tally->timeline) std::printf("  %s\n", l.c_str());
   const auto tokens = rt->counters.tokens.load();
-  std::printf("done: %s on actors, %llu global rounds, final eval loss %.4f nats/token", cfg.train.mode.c_str(),
+  std::printf("done: %s on actors, %llu global rounds, final eval loss %.4f nats/token", std::string(name_of(cfg.train.mode)).c_str(),
               static_cast<unsigned long long>(printed),
               final_eval);
   if (auto floor = corpus.entropy_floor())
@@ -335,7 +335,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                            {"down_peak_mbps", l.down_peak * l.bandwidth_Bps * 8e-6},
                            {"bandwidth_mbps", l.bandwidth_Bps * 8e-6}});
     jsonl << Json{{"summary", true},
-                  {"mode", cfg.train.mode},
+                  {"mode", name_of(cfg.train.mode)},
                   {"final_eval_loss", final_eval},
                   {"seconds", secs},
                   {"tokens", tokens},

@@ -47,10 +47,10 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   diloco::RunConfig cfg = path.empty() ? diloco::parse_config("", overrides, "defaults", memory_limit)
                                        : diloco::load_config(path, overrides, memory_limit);
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
-  if (cfg.train.mode == "decoupled" || on_actors) return run_decoupled(cfg, metrics, path, initial, save);
+  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors) return run_decoupled(cfg, metrics, path, initial, save);
   if (cfg.chaos.enabled || !cfg.faults.empty() || cfg.wan.enabled || !cfg.sites.empty())
     spdlog::warn("the reference loop ignores [chaos], [[faults]], [wan] and [[sites]]: add --actors to run {} on the "
-                 "actor runtime with them", cfg.train.mode);
+                 "actor runtime with them", diloco::name_of(cfg.train.mode));
   std::ofstream jsonl;
   if (!metrics.empty()) {
     jsonl.open(metrics);
@@ -59,7 +59,7 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   const auto corpus_line = diloco::Corpus::make(cfg.data).describe();
   spdlog::info("config: {}", path.empty() ? "built-in defaults" : path);
   spdlog::info("data: {}", corpus_line);
-  spdlog::info("mode {}: {} islands x {} steps, batch {}x{}, H={}, model {} L={} C={}", cfg.train.mode,
+  spdlog::info("mode {}: {} islands x {} steps, batch {}x{}, H={}, model {} L={} C={}", diloco::name_of(cfg.train.mode),
                cfg.train.islands, cfg.train.steps, cfg.train.batch, cfg.model.seq_len, cfg.train.H,
                cfg.model.kind, cfg.model.n_layer, cfg.model.n_embd);
   std::printf("%6s %7s %11s %10s %12s %12s %9s\n", "round", "step", "train_loss", "eval_loss", "tokens",
@@ -83,10 +83,10 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   }
   if (!save.empty()) save_params(cfg, save, summary.params);
   if (jsonl)
-    jsonl << "{\"summary\":true,\"mode\":\"" << cfg.train.mode << "\",\"final_eval_loss\":"
+    jsonl << "{\"summary\":true,\"mode\":\"" << diloco::name_of(cfg.train.mode) << "\",\"final_eval_loss\":"
           << json_number(summary.final_eval_loss) << ",\"seconds\":" << json_number(summary.seconds)
           << ",\"tokens\":" << summary.tokens << ",\"bytes\":" << json_number(summary.bytes) << "}\n";
-  std::printf("done: %s, final eval loss %.4f nats/token", cfg.train.mode.c_str(), summary.final_eval_loss);
+  std::printf("done: %s, final eval loss %.4f nats/token", std::string(diloco::name_of(cfg.train.mode)).c_str(), summary.final_eval_loss);
   if (summary.entropy_floor)
     std::printf(" (entropy floor %.4f, unigram entropy %.4f; %.1f%% of the way from unigram to floor)",
                 *summary.entropy_floor, summary.unigram_entropy,
@@ -106,7 +106,7 @@ namespace simcmd {
 struct Flags {
   diloco::SimConfig cfg;
   std::string chips = "1.2M", mtbi = "1y", horizon = "1y", detect, restart, swap, reconfig, heal, checkpoint, step,
-              sync_latency, grace_window, series;
+              sync_latency, grace_window, series, grace;
   std::string policy = "all";
   std::vector<std::string> sweep_chips;
   std::vector<int> sweep_learners;
@@ -119,7 +119,7 @@ std::unique_ptr<Flags> add_command(CLI::App& app) {
   const auto d = [](double s) { return diloco::format_duration(s); };
   f->detect = d(c.detect_s), f->restart = d(c.restart_s), f->swap = d(c.swap_s), f->reconfig = d(c.reconfig_s);
   f->heal = d(c.heal_s), f->checkpoint = d(c.checkpoint_s), f->step = d(c.step_s), f->sync_latency = d(c.sync_latency_s);
-  f->grace_window = d(c.quorum.grace_s), f->series = "0s";
+  f->grace_window = d(c.quorum.grace_s), f->series = "0s", f->grace = std::string(diloco::name_of(c.quorum.grace));
   auto* s = app.add_subcommand("simulate",
       "goodput of data parallel, elastic DP and decoupled learners under chip interruptions "
       "(discrete-event simulation, one shared failure trace; see docs/simulator.md)");
@@ -146,7 +146,7 @@ std::unique_ptr<Flags> add_command(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--sync-latency", f->sync_latency, "send -> arrival at the syncer (t_sync)")->capture_default_str();
   s->add_option("--quorum", c.quorum.min_islands, "K: contributions a round needs")->capture_default_str();
-  s->add_option("--grace", c.quorum.grace, "grace rule: adaptive, fixed or none")->capture_default_str();
+  s->add_option("--grace", f->grace, "grace rule: adaptive, fixed or none")->capture_default_str();
   s->add_option("--grace-window", f->grace_window, "fixed grace window")->capture_default_str();
   s->add_option("--gamma", c.quorum.gamma, "adaptive grace: gamma")->capture_default_str();
   s->add_option("--tau", c.quorum.tau, "adaptive grace: overlap steps tau")->capture_default_str();
@@ -186,7 +186,7 @@ std::string config_json(const diloco::SimConfig& c) {
     << jnum(c.swap_s) << ",\"reconfig_s\":" << jnum(c.reconfig_s) << ",\"heal_s\":" << jnum(c.heal_s)
     << ",\"checkpoint_s\":" << jnum(c.checkpoint_s) << ",\"learner_recovery\":\"" << c.learner_recovery
     << "\",\"step_s\":" << jnum(c.step_s) << ",\"inner_steps\":" << c.inner_steps << ",\"sync_latency_s\":"
-    << jnum(c.sync_latency_s) << ",\"quorum\":" << c.quorum.min_islands << ",\"grace\":\"" << c.quorum.grace
+    << jnum(c.sync_latency_s) << ",\"quorum\":" << c.quorum.min_islands << ",\"grace\":\"" << diloco::name_of(c.quorum.grace)
     << "\",\"grace_s\":" << jnum(c.quorum.grace_s) << ",\"gamma\":" << jnum(c.quorum.gamma) << ",\"tau\":"
     << c.quorum.tau << ",\"max_staleness\":" << c.merge.max_staleness << "}";
   return o.str();
@@ -243,6 +243,8 @@ int run(Flags& f) {
   parse(duration, f.step, "--step", c.step_s);
   parse(duration, f.sync_latency, "--sync-latency", c.sync_latency_s);
   parse(duration, f.grace_window, "--grace-window", c.quorum.grace_s);
+  if (auto g = diloco::choice_of<diloco::GraceRule>(f.grace)) c.quorum.grace = *g;
+  else errors.push_back("--grace: must be " + diloco::choice_list<diloco::GraceRule>() + " (got \"" + f.grace + "\")");
   parse(duration, f.series, "--series", c.series_every_s);
   const auto which = policies(f.policy);
   const bool sweep = f.sweep || !f.sweep_chips.empty() || !f.sweep_learners.empty();
@@ -314,7 +316,7 @@ int run(Flags& f) {
               format_duration(c.restart_s).c_str(), format_duration(c.swap_s).c_str(), c.spare_slices,
               format_duration(c.reconfig_s).c_str(), format_duration(c.heal_s).c_str(),
               format_duration(c.checkpoint_s).c_str(), c.slice_chips, c.learner_recovery.c_str(),
-              format_duration(c.inner_steps * c.step_s).c_str(), c.quorum.min_islands, c.quorum.grace.c_str());
+              format_duration(c.inner_steps * c.step_s).c_str(), c.quorum.min_islands, std::string(diloco::name_of(c.quorum.grace)).c_str());
   if (!sweep) {
     std::printf("%s chips, %d learners: %zu interruptions in the trace\n\n", chips_label(c.chips).c_str(), c.learners,
                 trace_sizes[0]);
@@ -457,7 +459,7 @@ int main(int argc, char** argv) {
       for (const auto& p : check_paths) {
         try {
           const auto cfg = diloco::load_config(p, {}, memory);
-          std::printf("%s: ok (mode %s, %d islands, model %s)\n", p.c_str(), cfg.train.mode.c_str(),
+          std::printf("%s: ok (mode %s, %d islands, model %s)\n", p.c_str(), std::string(diloco::name_of(cfg.train.mode)).c_str(),
                       cfg.train.islands, cfg.model.kind.c_str());
         } catch (const diloco::ConfigError& e) {
           std::printf("%s: %s\n", p.c_str(), e.what());

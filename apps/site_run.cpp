@@ -53,11 +53,11 @@ std::string list(const std::vector<int>& v) {
 }
 
 void refuse_mode(const diloco::RunConfig& cfg) {
-  if (cfg.train.mode == "ddp")
+  if (cfg.train.mode == diloco::TrainMode::ddp)
     throw diloco::ConfigError({"train.mode: \"ddp\" runs in one process; the syncer and sites need \"decoupled\", "
                                "\"diloco\" or \"streaming\""});
   // Each process counts the tokens of its own islands only.
-  if (cfg.train.budget == "total_tokens")
+  if (cfg.train.budget == diloco::Budget::total_tokens)
     throw diloco::ConfigError({"train.budget: \"total_tokens\" runs in one process; the syncer and sites need "
                                "\"island_steps\""});
 }

@@ -31,8 +31,8 @@ inline SyncerSettings sgd_settings(int islands, int K, std::string grace = "none
   SyncerSettings s;
   s.islands = islands;
   s.quorum.min_islands = K;
-  s.quorum.grace = grace;
-  s.merge.weighting = "uniform";
+  s.quorum.grace = *choice_of<GraceRule>(grace);
+  s.merge.weighting = Weighting::uniform;
   s.merge.rda = false;
   s.merge.partial_scale = false;  // plain averages: the hand-computed values below
   s.outer.kind = "sgd";

@@ -26,7 +26,7 @@ bool mentions(const std::string& s, const std::string& what) { return s.find(wha
 BOOST_AUTO_TEST_CASE(defaults_are_valid) {
   BOOST_TEST(validate(RunConfig{}).empty());
   auto cfg = parse_config("");
-  BOOST_TEST(cfg.train.mode == "diloco");
+  BOOST_TEST((cfg.train.mode == TrainMode::diloco));
 }
 
 BOOST_AUTO_TEST_CASE(printed_defaults_parse_back_to_the_defaults) {
@@ -117,7 +117,7 @@ at_step = 40
 kill = "syncer"
 at_step = 7
 )");
-  BOOST_TEST(cfg.train.mode == "decoupled");
+  BOOST_TEST((cfg.train.mode == TrainMode::decoupled));
   BOOST_TEST(cfg.islands.chips == 4);
   BOOST_TEST(cfg.islands.speed_of(1) == 0.55);
   BOOST_TEST(cfg.islands.speed_of(2) == 1.0);  // missing entries run at full speed
@@ -125,9 +125,9 @@ at_step = 7
   BOOST_TEST(cfg.fragments.encoding == "int4");
   BOOST_TEST(cfg.supervision.strategy == "rest_for_one");
   BOOST_REQUIRE_EQUAL(cfg.faults.size(), 2u);
-  BOOST_TEST(cfg.faults[0].kill == "island");
+  BOOST_TEST((cfg.faults[0].kill == FaultKind::island));
   BOOST_TEST(cfg.faults[0].island == 2);
-  BOOST_TEST(cfg.faults[1].kill == "syncer");
+  BOOST_TEST((cfg.faults[1].kill == FaultKind::syncer));
   BOOST_TEST(cfg.faults[1].at_step == 7);
 }
 
@@ -284,7 +284,7 @@ BOOST_AUTO_TEST_CASE(the_memory_limit_is_a_parameter_and_names_what_the_run_need
   RunConfig one, many;
   many.train.islands = 8;
   BOOST_TEST(memory_need(many).state_bytes > memory_need(one).state_bytes);
-  many.train.mode = "decoupled";
+  many.train.mode = TrainMode::decoupled;
   BOOST_TEST(memory_need(many).activation_bytes == 16 * memory_need(one).activation_bytes);  // 8 islands x 2 chips
   // The parameter count is the model's own.
   for (const char* kind : {"gpt", "mlp"}) {

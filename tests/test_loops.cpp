@@ -14,7 +14,7 @@ RunConfig tiny(const std::string& mode) {
   c.model.n_embd = 16;
   c.model.n_head = 2;
   c.model.seq_len = 16;
-  c.train.mode = mode;
+  c.train.mode = *choice_of<TrainMode>(mode);
   c.train.batch = 4;
   c.train.steps = 24;
   c.train.eval_batches = 2;
@@ -29,7 +29,7 @@ BOOST_AUTO_TEST_CASE(diloco_with_one_island_H1_and_fedavg_lr1_equals_plain_train
   plain.train.islands = 1;
   plain.train.H = 1;
   auto dl = plain;
-  dl.train.mode = "diloco";
+  dl.train.mode = TrainMode::diloco;
   dl.outer.kind = "sgd";
   dl.outer.lr = 1.0f;
   dl.outer.momentum = 0.0f;
@@ -46,7 +46,7 @@ BOOST_AUTO_TEST_CASE(streaming_with_one_fragment_and_no_overlap_equals_diloco) {
   dl.train.islands = 2;
   dl.train.H = 6;
   auto st = dl;
-  st.train.mode = "streaming";
+  st.train.mode = TrainMode::streaming;
   st.fragments.count = 1;
   st.fragments.tau = 0;
   const auto a = run_reference(dl), b = run_reference(st);
@@ -59,9 +59,9 @@ BOOST_AUTO_TEST_CASE(diloco_sends_H_times_fewer_bytes_than_ddp) {
   ddp.train.islands = 4;
   ddp.train.H = 8;
   auto dl = ddp;
-  dl.train.mode = "diloco";
+  dl.train.mode = TrainMode::diloco;
   auto st = ddp;
-  st.train.mode = "streaming";
+  st.train.mode = TrainMode::streaming;
   st.fragments.count = 2;
   const auto a = run_reference(ddp), b = run_reference(dl), c = run_reference(st);
   BOOST_TEST(a.bytes > 0.0);

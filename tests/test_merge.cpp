@@ -53,14 +53,14 @@ BOOST_AUTO_TEST_CASE(token_weighting_favours_more_and_faster_work) {
   // Island 0: 300 tokens in 3 steps (w = 300·100); island 1: 100 tokens in 2 steps (w = 100·50).
   std::vector<double> a{1.0}, b{0.0};
   std::vector<Contribution> c{{0, 0, 300, 3, a}, {1, 0, 100, 2, b}};
-  BOOST_TEST(contribution_weight(c[0], "tokens") == 30000.0);
-  BOOST_TEST(contribution_weight(c[1], "tokens") == 5000.0);
+  BOOST_TEST(contribution_weight(c[0], Weighting::tokens) == 30000.0);
+  BOOST_TEST(contribution_weight(c[1], Weighting::tokens) == 5000.0);
   MergeConfig cfg;
   cfg.rda = false;
   std::vector<double> out(1);
   merge(c, one_segment(1), cfg, 0, out);
   BOOST_TEST(out[0] == 30000.0 / 35000.0, boost::test_tools::tolerance(1e-12));
-  cfg.weighting = "uniform";
+  cfg.weighting = Weighting::uniform;
   merge(c, one_segment(1), cfg, 0, out);
   BOOST_TEST(out[0] == 0.5);
 }
@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(stale_contributions_are_discounted_then_dropped) {
   std::vector<double> fresh{1.0}, old{-1.0}, ancient{100.0};
   std::vector<Contribution> c{{0, 10, 10, 1, fresh}, {1, 9, 10, 1, old}, {2, 3, 10, 1, ancient}};
   cfg.rda = false;
-  cfg.weighting = "uniform";
+  cfg.weighting = Weighting::uniform;
   std::vector<double> out(1);
   auto st = merge(c, one_segment(1), cfg, 10, out);
   BOOST_TEST(st.merged == 2);
@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(nothing_merged_gives_zeros) {
 BOOST_AUTO_TEST_CASE(quorum_then_adaptive_grace_for_scripted_arrivals) {
   QuorumConfig q;
   q.min_islands = 2;
-  q.grace = "adaptive";
+  q.grace = GraceRule::adaptive;
   q.gamma = 1.0;
   q.tau = 5;
   RoundState s;
@@ -150,10 +150,10 @@ BOOST_AUTO_TEST_CASE(a_slow_quorum_leaves_no_grace) {
   s.t_step = 1.0;
   BOOST_TEST(grace_window(q, s) == 0.0);
   BOOST_TEST(decide(q, s, 5.0).merge);
-  q.grace = "fixed";
+  q.grace = GraceRule::fixed;
   q.grace_s = 1.0;
   BOOST_TEST(!decide(q, s, 5.5).merge);
   BOOST_TEST(decide(q, s, 6.0).merge);
-  q.grace = "none";
+  q.grace = GraceRule::none;
   BOOST_TEST(decide(q, s, 5.0).merge);
 }

@@ -36,7 +36,7 @@ RunConfig small_config(int islands, int chips, int K) {
   c.model.hidden = 16;
   c.model.context = 2;
   c.data.eval_tokens = 4096;
-  c.train.mode = "decoupled";
+  c.train.mode = TrainMode::decoupled;
   c.train.islands = islands;
   c.train.steps = 18;
   c.train.batch = 2;
@@ -46,7 +46,7 @@ RunConfig small_config(int islands, int chips, int K) {
   c.inner.warmup_steps = 2;
   c.islands.chips = chips;
   c.quorum.min_islands = K;
-  c.quorum.grace = "none";
+  c.quorum.grace = GraceRule::none;
   c.supervision.backoff_initial_s = 0.0;
   c.supervision.backoff_max_s = 0.0;
   c.syncer.snapshot_every = 1;
@@ -55,7 +55,7 @@ RunConfig small_config(int islands, int chips, int K) {
 
 FaultSpec step_fault(const std::string& kill, int island, int chip, long at_step) {
   FaultSpec f;
-  f.kill = kill;
+  f.kill = *choice_of<FaultKind>(kill);
   f.island = island;
   f.chip = chip;
   f.at_step = at_step;
@@ -307,7 +307,7 @@ RunConfig seeded_fault_config(std::uint64_t seed) {
   const char* kinds[] = {"chip", "island", "syncer"};
   for (int k = 0; k < 3; ++k) {
     FaultSpec f;
-    f.kill = kinds[k];  // one of each kind, random unit and moment
+    f.kill = *choice_of<FaultKind>(kinds[k]);  // one of each kind, random unit and moment
     f.island = static_cast<int>(next(3));
     f.chip = static_cast<int>(next(2));
     f.at_step = 2 + static_cast<long>(next(26));
@@ -372,7 +372,7 @@ namespace {
 // The synchronous modes on the actors against the reference loops (same model, data, seeds).
 void check_matches_reference(const std::string& mode, int P, int tau) {
   auto c = small_config(2, 1, 2);
-  c.train.mode = mode;
+  c.train.mode = *choice_of<TrainMode>(mode);
   c.train.steps = 24;
   c.train.H = 6;
   c.train.batch = 4;
@@ -435,7 +435,7 @@ namespace {
 // so the test coordinator's clock moves and faults at a time land inside the run.
 RunConfig timed_config(const std::string& mode) {
   auto c = small_config(2, 2, 2);
-  c.train.mode = mode;
+  c.train.mode = *choice_of<TrainMode>(mode);
   c.train.steps = 24;
   c.wan.enabled = true;
   c.wan.bandwidth_mbps = 1000.0;
@@ -445,7 +445,7 @@ RunConfig timed_config(const std::string& mode) {
 
 FaultSpec timed_fault(const std::string& kill, double at_s, double duration_s, int island = 1) {
   FaultSpec f;
-  f.kill = kill;
+  f.kill = *choice_of<FaultKind>(kill);
   f.island = island;
   f.at_step = 0;
   f.at_s = at_s;
@@ -538,7 +538,7 @@ BOOST_AUTO_TEST_CASE(chaos_schedule_replays_the_same_trace_for_the_same_seed) {
 
 BOOST_AUTO_TEST_CASE(total_token_budget_ends_the_run_when_the_islands_together_trained_it) {
   auto c = small_config(3, 1, 2);
-  c.train.budget = "total_tokens";
+  c.train.budget = Budget::total_tokens;
   World w(c);
   w.settle();
   const std::uint64_t budget = 3ull * c.train.steps * c.train.batch * c.model.seq_len;

@@ -31,7 +31,7 @@ SimConfig tiny() {
   c.step_s = 1;
   c.inner_steps = 100;
   c.sync_latency_s = 0;
-  c.quorum = QuorumConfig{1, "adaptive", 0.0, 1.0, 5};
+  c.quorum = QuorumConfig{1, GraceRule::adaptive, 0.0, 1.0, 5};
   return c;
 }
 

@@ -33,7 +33,7 @@ RunConfig golden_config(const std::string& mode, int P, int tau) {
   c.model.hidden = 16;
   c.model.context = 2;
   c.data.eval_tokens = 4096;
-  c.train.mode = mode;
+  c.train.mode = *choice_of<TrainMode>(mode);
   c.train.islands = 2;
   c.train.steps = 24;
   c.train.batch = 4;
@@ -49,9 +49,9 @@ RunConfig golden_config(const std::string& mode, int P, int tau) {
 
 // Drives M IslandCores and one SyncerCore in lockstep, exactly as run_fragments orders things.
 std::vector<float> lockstep(const RunConfig& cfg) {
-  const int M = cfg.train.islands, P = cfg.train.mode == "diloco" ? 1 : cfg.fragments.count;
-  const int tau = cfg.train.mode == "diloco" ? 0 : cfg.fragments.tau;
-  const double alpha = cfg.train.mode == "diloco" ? 0.0 : cfg.fragments.effective_alpha();
+  const int M = cfg.train.islands, P = cfg.train.mode == TrainMode::diloco ? 1 : cfg.fragments.count;
+  const int tau = cfg.train.mode == TrainMode::diloco ? 0 : cfg.fragments.tau;
+  const double alpha = cfg.train.mode == TrainMode::diloco ? 0.0 : cfg.fragments.effective_alpha();
   const Corpus corpus = Corpus::make(cfg.data);
   auto model = make_model(cfg.model);
   std::vector<float> theta(model->layout().size());
@@ -60,8 +60,8 @@ std::vector<float> lockstep(const RunConfig& cfg) {
   SyncerSettings ss;
   ss.islands = M;
   ss.quorum.min_islands = M;
-  ss.quorum.grace = "none";
-  ss.merge.weighting = "uniform";
+  ss.quorum.grace = GraceRule::none;
+  ss.merge.weighting = Weighting::uniform;
   ss.merge.rda = false;
   ss.outer = cfg.outer;
   SyncerCore syncer(plan, theta, ss);
@@ -101,7 +101,7 @@ void check_golden(const RunConfig& cfg) {
     worst = std::max(worst, std::abs(double(got[j]) - double(ref.params[j])));
     scale = std::max(scale, std::abs(double(ref.params[j])));
   }
-  BOOST_TEST_MESSAGE(cfg.train.mode << " P=" << cfg.fragments.count << " tau=" << cfg.fragments.tau
+  BOOST_TEST_MESSAGE(name_of(cfg.train.mode) << " P=" << cfg.fragments.count << " tau=" << cfg.fragments.tau
                                     << ": max |runtime - reference| = " << worst << " (max |θ| " << scale << ")");
   BOOST_TEST(worst <= 1e-5 * std::max(1.0, scale));
 }

@@ -28,9 +28,27 @@ constexpr float kMaxInitStd = 100.0f;
 constexpr double kMinSpeed = 1e-3;                        // a chip at speed s waits 1/s − 1 times its compute
 constexpr double kMaxLoss = 0.999;                        // a frame is sent 1/(1 − loss) times on average
 
+// A setting that names one of an enum's choices (choice.hpp), bound through its name table.
+struct ChoicePtr {
+  void* target;
+  std::string_view (*get)(const void*);
+  bool (*set)(void*, std::string_view);
+  std::string (*list)();
+};
+template <class E>
+ChoicePtr choice(E* p) {
+  return {p, [](const void* v) { return name_of(*static_cast<const E*>(v)); },
+          [](void* v, std::string_view s) {
+            auto e = choice_of<E>(s);
+            if (e) *static_cast<E*>(v) = *e;
+            return e.has_value();
+          },
+          &choice_list<E>};
+}
+
 using FieldPtr =
     std::variant<int*, long*, std::uint64_t*, double*, float*, bool*, std::string*, std::vector<double>*,
-                 std::vector<int>*>;
+                 std::vector<int>*, ChoicePtr>;
 
 struct Field {
   std::string_view section, key;
@@ -63,7 +81,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"data", "eval_tokens", &c.data.eval_tokens, "synthetic: size of the held-out evaluation split"},
       {"data", "eval_fraction", &c.data.eval_fraction, "file: tail share held out for evaluation"},
 
-      {"train", "mode", &c.train.mode,
+      {"train", "mode", choice(&c.train.mode),
        "\"ddp\" (all-reduce every step), \"diloco\", \"streaming\" (reference loops) or \"decoupled\" (actor runtime)"},
       {"train", "islands", &c.train.islands, "M: islands (learners), each with its own model copy"},
       {"train", "steps", &c.train.steps, "inner steps per island"},
@@ -71,7 +89,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"train", "H", &c.train.H, "inner steps between two syncs of a fragment"},
       {"train", "eval_batches", &c.train.eval_batches, "evaluation batches (of train.batch windows) per report"},
       {"train", "seed", &c.train.seed, "seeds the initial parameters"},
-      {"train", "budget", &c.train.budget,
+      {"train", "budget", choice(&c.train.budget),
        "actors: \"island_steps\" (each island trains `steps`) or \"total_tokens\" (the islands together train "
        "islands x steps x batch x seq_len tokens; faster islands do more steps)"},
       {"train", "final_sync_s", &c.train.final_sync_s,
@@ -103,7 +121,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"fragments", "block_size", &c.fragments.block_size, "decoupled: values per scale of int8/int4/e3m0"},
       {"fragments", "error_feedback", &c.fragments.error_feedback, "decoupled: carry the quantisation residual into the next send"},
 
-      {"merge", "weighting", &c.merge.weighting, "\"uniform\" or \"tokens\" (w = tokens·tokens/steps)"},
+      {"merge", "weighting", choice(&c.merge.weighting), "\"uniform\" or \"tokens\" (w = tokens·tokens/steps)"},
       {"merge", "rda", &c.merge.rda, "radial-directional averaging of non-embedding tensors"},
       {"merge", "max_staleness", &c.merge.max_staleness, "rounds after which a late contribution is dropped"},
       {"merge", "staleness_discount", &c.merge.staleness_discount, "weight × discount^staleness"},
@@ -111,7 +129,7 @@ std::vector<Field> fields(RunConfig& c) {
        "decoupled: a merge of n of L live islands applies n/L of the average (one outer step per period, not L)"},
 
       {"quorum", "min_islands", &c.quorum.min_islands, "K: contributions a round needs"},
-      {"quorum", "grace", &c.quorum.grace, "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},
+      {"quorum", "grace", choice(&c.quorum.grace), "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},
       {"quorum", "grace_s", &c.quorum.grace_s, "fixed grace window in seconds"},
       {"quorum", "gamma", &c.quorum.gamma, "adaptive grace: γ in γ·max(0, τ·t_step − (t_quorum + t_sync))"},
 
@@ -171,7 +189,7 @@ std::vector<Field> fields(RunConfig& c) {
 // Keys of one [[faults]] table (fault injection, mode "decoupled").
 std::vector<Field> fault_fields(FaultSpec& f) {
   return {
-      {"faults", "kill", &f.kill, "\"chip\", \"island\" or \"syncer\""},
+      {"faults", "kill", choice(&f.kill), "\"chip\", \"island\", \"syncer\", \"straggle\" or \"partition\""},
       {"faults", "island", &f.island, "the island whose local step triggers the fault (and owns the chip)"},
       {"faults", "chip", &f.chip, "kill = \"chip\": which chip of the island"},
       {"faults", "at_step", &f.at_step, "fires once, when that island finishes this local step (0: use at_s)"},
@@ -232,9 +250,13 @@ bool fits(double v) {
 
 void assign(const toml::node& n, FieldPtr ptr, const std::string& key, std::vector<std::string>& errs) {
   std::visit(
-      [&](auto* dst) {
+      [&](auto dst) {
         using T = std::remove_pointer_t<decltype(dst)>;
-        if constexpr (std::is_same_v<T, bool>) {
+        if constexpr (std::is_same_v<decltype(dst), ChoicePtr>) {
+          auto v = n.value_exact<std::string>();
+          if (!v) errs.push_back(key + ": expected a string");
+          else if (!dst.set(dst.target, *v)) errs.push_back(key + ": must be " + dst.list() + " (got \"" + *v + "\")");
+        } else if constexpr (std::is_same_v<T, bool>) {
           if (auto v = n.value_exact<bool>()) *dst = *v;
           else errs.push_back(key + ": expected true or false");
         } else if constexpr (std::is_same_v<T, std::string>) {
@@ -299,9 +321,10 @@ std::string describe_parse_error(std::string_view origin, const toml::parse_erro
 
 std::string format_value(FieldPtr ptr) {
   return std::visit(
-      [](auto* v) -> std::string {
+      [](auto v) -> std::string {
         using T = std::remove_pointer_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, bool>) return *v ? "true" : "false";
+        if constexpr (std::is_same_v<decltype(v), ChoicePtr>) return "\"" + std::string(v.get(v.target)) + "\"";
+        else if constexpr (std::is_same_v<T, bool>) return *v ? "true" : "false";
         else if constexpr (std::is_same_v<T, std::string>) return "\"" + *v + "\"";
         else if constexpr (std::is_same_v<T, std::vector<double>>) {
           std::string s = "[";
@@ -420,9 +443,11 @@ std::size_t culprit(const RunConfig& c, Measure measure) {
     auto xs = fields(x);
     long double ratio = -1;  // < 0: not an integer size
     std::visit(
-        [&](auto* dst) {
+        [&](auto dst) {
           using T = std::remove_pointer_t<decltype(dst)>;
-          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+          if constexpr (std::is_same_v<decltype(dst), ChoicePtr>) {
+            return;
+          } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
             if (defaults[i].key == "seed") return;
             const T def = *std::get<T*>(defaults[i].ptr);
             ratio = static_cast<long double>(*dst) / std::max<long double>(static_cast<long double>(def), 1);
@@ -530,11 +555,11 @@ MemoryNeed memory_need(const RunConfig& c) {
   n.parameters = model_parameters(c.model);
   const long double islands = std::max(c.train.islands, 1);
   // Every island holds parameters, gradients and AdamW's m and v; ddp one set plus the sum.
-  const long double copies = c.train.mode == "ddp" ? 5.0L : 4.0L * islands;
+  const long double copies = c.train.mode == TrainMode::ddp ? 5.0L : 4.0L * islands;
   constexpr long double kTensorBytes = 64;  // name, shape and offsets per tensor (at least)
   n.state_bytes = 4.0L * n.parameters * copies + kTensorBytes * model_tensors(c.model);
   // The reference loops share one model workspace; on actors every chip has its own.
-  const long double models = c.train.mode == "decoupled" ? std::max(total_chips(c), 1.0L) : 1.0L;
+  const long double models = c.train.mode == TrainMode::decoupled ? std::max(total_chips(c), 1.0L) : 1.0L;
   n.activation_bytes = models * workspace_bytes(c.model, c.train.batch);
   const long double window = c.model.seq_len + 1.0L;
   n.data_bytes = static_cast<long double>(std::max(c.train.eval_batches, 0)) *
@@ -594,13 +619,9 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   add(validate(c.merge));
   add(validate(c.quorum));
   const auto& t = c.train;
-  if (t.mode != "ddp" && t.mode != "diloco" && t.mode != "streaming" && t.mode != "decoupled")
-    e.push_back("train.mode: must be \"ddp\", \"diloco\", \"streaming\" or \"decoupled\" (got \"" + t.mode + "\")");
   if (t.islands < 1 || t.islands > 1024) e.push_back("train.islands: must be in [1, 1024] (got " + std::to_string(t.islands) + ")");
   if (t.steps < 1) e.push_back("train.steps: must be ≥ 1 (got " + std::to_string(t.steps) + ")");
-  if (t.budget != "island_steps" && t.budget != "total_tokens")
-    e.push_back("train.budget: must be \"island_steps\" or \"total_tokens\" (got \"" + t.budget + "\")");
-  else if (t.budget == "total_tokens" && t.mode != "decoupled")
+  if (t.budget == Budget::total_tokens && t.mode != TrainMode::decoupled)
     e.push_back("train.budget: \"total_tokens\" is for mode \"decoupled\" (the synchronous modes step together)");
   if (!(t.final_sync_s >= 0.0) || !std::isfinite(t.final_sync_s)) e.push_back("train.final_sync_s: must be a finite number ≥ 0");
   else check_not_too_long(e, "train.final_sync_s", t.final_sync_s);
@@ -655,10 +676,7 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   for (std::size_t k = 0; k < c.faults.size(); ++k) {
     const auto& ft = c.faults[k];
     const std::string key = "faults[" + std::to_string(k) + "]";
-    const bool site_fault = ft.kill == "partition";
-    if (ft.kill != "chip" && ft.kill != "island" && ft.kill != "syncer" && ft.kill != "straggle" && !site_fault)
-      e.push_back(key + ".kill: must be \"chip\", \"island\", \"syncer\", \"straggle\" or \"partition\" (got \"" +
-                  ft.kill + "\")");
+    const bool site_fault = ft.kill == FaultKind::partition;
     if (ft.island < 0 || ft.island >= t.islands) e.push_back(key + ".island: no such island");
     if (ft.chip < 0 || (ft.island >= 0 && ft.chip >= is.chips_of(ft.island))) e.push_back(key + ".chip: no such chip");
     if (ft.at_step < 0) e.push_back(key + ".at_step: must be ≥ 1 (or 0 with at_s)");
@@ -808,7 +826,9 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
     }
   }
   cfg.quorum.tau = cfg.fragments.tau;
-  if (errs.empty()) errs = validate(cfg, memory_limit);
+  // Every problem at once: a key that could not be read keeps its default, so validating the
+  // rest names no problem twice.
+  for (auto& e : validate(cfg, memory_limit)) errs.push_back(std::move(e));
   if (!errs.empty()) throw ConfigError(std::move(errs));
   return cfg;
 }

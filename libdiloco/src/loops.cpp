@@ -107,15 +107,15 @@ void run_ddp(const RunConfig& cfg, Model& model, const Corpus& corpus, Recorder&
 void run_fragments(const RunConfig& cfg, Model& model, const Corpus& corpus, Recorder& rec,
                    std::vector<float>& theta) {
   const int M = cfg.train.islands, B = cfg.train.batch, T = cfg.model.seq_len;
-  const int P = cfg.train.mode == "diloco" ? 1 : cfg.fragments.count;
-  const int tau = cfg.train.mode == "diloco" ? 0 : cfg.fragments.tau;
-  const double alpha = cfg.train.mode == "diloco" ? 0.0 : cfg.fragments.effective_alpha();
+  const int P = cfg.train.mode == TrainMode::diloco ? 1 : cfg.fragments.count;
+  const int tau = cfg.train.mode == TrainMode::diloco ? 0 : cfg.fragments.tau;
+  const double alpha = cfg.train.mode == TrainMode::diloco ? 0.0 : cfg.fragments.effective_alpha();
   const auto N = theta.size();
   const auto plan = FragmentPlan::make(cfg.fragments.plan, model.layout(), P);
   const SyncSchedule sched{cfg.train.H, P};
   // The synchronous baselines are the papers' algorithms: a plain mean of equal-weight deltas.
   MergeConfig mcfg;
-  mcfg.weighting = "uniform";
+  mcfg.weighting = Weighting::uniform;
   mcfg.rda = false;
 
   std::vector<Replica> isl(static_cast<std::size_t>(M));
@@ -220,7 +220,7 @@ RunSummary run_reference(const RunConfig& cfg, const std::function<void(const Ro
   out.entropy_floor = corpus.entropy_floor();
   out.unigram_entropy = corpus.unigram_entropy();
   Recorder rec{cfg, *model, eval, on_report, out};
-  if (cfg.train.mode == "ddp") run_ddp(cfg, *model, corpus, rec, theta);
+  if (cfg.train.mode == TrainMode::ddp) run_ddp(cfg, *model, corpus, rec, theta);
   else run_fragments(cfg, *model, corpus, rec, theta);
   out.final_eval_loss = out.diverged           ? evaluate(*model, theta, eval)
                         : out.reports.empty() ? 0.0

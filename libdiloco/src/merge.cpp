@@ -9,8 +9,8 @@
 
 namespace diloco {
 
-double contribution_weight(const Contribution& c, const std::string& weighting) {
-  if (weighting == "uniform") return 1.0;
+double contribution_weight(const Contribution& c, Weighting weighting) {
+  if (weighting == Weighting::uniform) return 1.0;
   if (c.steps == 0 || c.tokens == 0) return 0.0;
   const auto t = static_cast<double>(c.tokens);
   return t * (t / static_cast<double>(c.steps));
@@ -76,8 +76,8 @@ MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment
 }
 
 double grace_window(const QuorumConfig& cfg, const RoundState& s) {
-  if (cfg.grace == "none") return 0.0;
-  if (cfg.grace == "fixed") return cfg.grace_s;
+  if (cfg.grace == GraceRule::none) return 0.0;
+  if (cfg.grace == GraceRule::fixed) return cfg.grace_s;
   const double t_quorum = s.quorum_at ? *s.quorum_at - s.opened_at : 0.0;
   return cfg.gamma * std::max(0.0, cfg.tau * s.t_step - (t_quorum + s.t_sync));
 }
@@ -92,8 +92,6 @@ QuorumDecision decide(const QuorumConfig& cfg, const RoundState& s, double now) 
 
 std::vector<std::string> validate(const MergeConfig& c) {
   std::vector<std::string> e;
-  if (c.weighting != "uniform" && c.weighting != "tokens")
-    e.push_back("merge.weighting: must be \"uniform\" or \"tokens\" (got \"" + c.weighting + "\")");
   if (!(c.staleness_discount >= 0.0 && c.staleness_discount <= 1.0))
     e.push_back("merge.staleness_discount: must be in [0, 1]");
   return e;
@@ -102,8 +100,6 @@ std::vector<std::string> validate(const MergeConfig& c) {
 std::vector<std::string> validate(const QuorumConfig& c) {
   std::vector<std::string> e;
   if (c.min_islands < 1) e.push_back("quorum.min_islands: must be ≥ 1");
-  if (c.grace != "none" && c.grace != "fixed" && c.grace != "adaptive")
-    e.push_back("quorum.grace: must be \"none\", \"fixed\" or \"adaptive\" (got \"" + c.grace + "\")");
   if (!(c.grace_s >= 0.0 && c.grace_s <= kMaxDurationS)) e.push_back("quorum.grace_s: must be in [0, 2592000] s (30 days)");
   if (!(c.gamma >= 0.0 && c.gamma <= 100.0)) e.push_back("quorum.gamma: must be in [0, 100]");
   return e;

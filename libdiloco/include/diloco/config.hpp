@@ -12,25 +12,51 @@
 #include "diloco/data.hpp"
 #include "diloco/limits.hpp"
 #include "diloco/merge.hpp"
+#include "diloco/choice.hpp"
 #include "diloco/model.hpp"
 #include "diloco/optim.hpp"
 #include "diloco/wan.hpp"
 
 namespace diloco {
 
+/// What trains: synchronous data parallel, DiLoCo, Streaming DiLoCo (reference loops, or the
+/// actors with --actors) or Decoupled DiLoCo (the actor runtime).
+enum class TrainMode { ddp, diloco, streaming, decoupled };
+template <>
+struct Choices<TrainMode> {
+  static constexpr std::pair<TrainMode, std::string_view> all[] = {
+      {TrainMode::ddp, "ddp"}, {TrainMode::diloco, "diloco"}, {TrainMode::streaming, "streaming"},
+      {TrainMode::decoupled, "decoupled"}};
+};
+
+/// When a run ends: every island trained `train.steps`, or all islands together trained what
+/// islands × steps would (faster islands do more steps).
+enum class Budget { island_steps, total_tokens };
+template <>
+struct Choices<Budget> {
+  static constexpr std::pair<Budget, std::string_view> all[] = {{Budget::island_steps, "island_steps"},
+                                                                {Budget::total_tokens, "total_tokens"}};
+};
+
+/// What a [[faults]] entry does.
+enum class FaultKind { chip, island, syncer, straggle, partition };
+template <>
+struct Choices<FaultKind> {
+  static constexpr std::pair<FaultKind, std::string_view> all[] = {
+      {FaultKind::chip, "chip"}, {FaultKind::island, "island"}, {FaultKind::syncer, "syncer"},
+      {FaultKind::straggle, "straggle"}, {FaultKind::partition, "partition"}};
+};
+
 /// How islands train and sync.
 struct TrainConfig {
-  std::string mode = "diloco";   // "ddp", "diloco", "streaming" (reference loops) or
-                                 // "decoupled" (the actor runtime, Decoupled DiLoCo)
+  TrainMode mode = TrainMode::diloco;
   int islands = 4;               // M
   long steps = 500;              // inner steps per island
   int batch = 8;                 // windows per island per step (B); T is model.seq_len
   int H = 50;                    // inner steps between two syncs of a fragment
   int eval_batches = 8;          // evaluation batches of `batch` windows
   std::uint64_t seed = 1;        // model initialisation
-  std::string budget = "island_steps";  // when the run ends: every island trained `steps`, or
-                                        // "total_tokens": all islands together trained what
-                                        // islands x steps would (faster islands do more steps)
+  Budget budget = Budget::island_steps;
   double final_sync_s = 30.0;    // decoupled on actors: at the end every island sends the progress
                                  // it has not sent yet and the run waits up to this long for
                                  // those last contributions to merge (0: end at once, unsent
@@ -95,7 +121,7 @@ struct SupervisionConfig {
 /// ("straggle") or cut a site's link ("partition"), either when island `island` finishes local
 /// step `at_step` or `at_s` seconds after the start (exactly one of the two is set).
 struct FaultSpec {
-  std::string kill = "chip";     // "chip", "island", "syncer", "straggle" or "partition"
+  FaultKind kill = FaultKind::chip;
   int island = 0;
   int chip = 0;
   long at_step = 0;              // 0: not step-triggered

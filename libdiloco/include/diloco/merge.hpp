@@ -2,6 +2,7 @@
 // radial-directional averaging, and the quorum + adaptive grace decision (time passed in).
 #pragma once
 
+#include "diloco/choice.hpp"
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -22,9 +23,26 @@ struct Contribution {
   std::span<const double> delta;  // fragment-sized
 };
 
+/// A contribution's weight before staleness: 1, or tokens · (tokens / steps) (quantity × quality).
+enum class Weighting { uniform, tokens };
+template <>
+struct Choices<Weighting> {
+  static constexpr std::pair<Weighting, std::string_view> all[] = {{Weighting::uniform, "uniform"},
+                                                                   {Weighting::tokens, "tokens"}};
+};
+
+/// How long a round waits past its quorum: not at all, a fixed window, or as long as the
+/// overlap can still hide (adaptive).
+enum class GraceRule { none, fixed, adaptive };
+template <>
+struct Choices<GraceRule> {
+  static constexpr std::pair<GraceRule, std::string_view> all[] = {
+      {GraceRule::none, "none"}, {GraceRule::fixed, "fixed"}, {GraceRule::adaptive, "adaptive"}};
+};
+
 /// How contributions are combined (Decoupled DiLoCo, arXiv 2604.21428; defaults configurable).
 struct MergeConfig {
-  std::string weighting = "tokens";  // "uniform" or "tokens": w = tokens · (tokens / steps)
+  Weighting weighting = Weighting::tokens;
   bool rda = true;                   // radial-directional averaging for non-embedding tensors
   std::uint64_t max_staleness = 4;   // contributions older than this many rounds are dropped
   double staleness_discount = 0.5;   // weight × discount^staleness
@@ -34,7 +52,7 @@ struct MergeConfig {
 };
 
 /// Weight of a contribution before staleness: 1, or tokens·(tokens/steps) (quantity × quality).
-double contribution_weight(const Contribution& c, const std::string& weighting);
+double contribution_weight(const Contribution& c, Weighting weighting);
 
 /// Staleness multiplier for a contribution based on `base_round` merged into `current_round`:
 /// discount^(current − base), or nothing if it must be dropped (too stale, or from the future).
@@ -57,7 +75,7 @@ MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment
 /// When a round may commit (torchft-style: a pure decision, time in seconds passed in).
 struct QuorumConfig {
   int min_islands = 1;             // K
-  std::string grace = "adaptive";  // "none", "fixed" or "adaptive"
+  GraceRule grace = GraceRule::adaptive;
   double grace_s = 0.0;            // fixed window
   double gamma = 1.0;              // adaptive: γ
   int tau = 0;                     // overlap steps the islands can hide a sync behind

@@ -49,7 +49,7 @@ struct SimConfig {
   double step_s = 1.0;            // inner step time
   int inner_steps = 100;          // H: a learner sends its outer gradient every H·step_s of compute
   double sync_latency_s = 1.0;    // send → arrival at the syncer (t_sync in the grace rule)
-  QuorumConfig quorum{1, "adaptive", 0.0, 1.0, 5};  // K = 1, adaptive grace, γ = 1, τ = 5
+  QuorumConfig quorum{1, GraceRule::adaptive, 0.0, 1.0, 5};  // K = 1, adaptive grace, γ = 1, τ = 5
   MergeConfig merge;              // max_staleness / staleness_discount decide what is dropped
   // ---- output ----
   double series_every_s = 0.0;    // > 0: record a time series point every this many seconds

@@ -23,6 +23,7 @@
 #include "diloco/data.hpp"
 #include "diloco/ddp.hpp"
 #include "diloco/fragments.hpp"
+#include "diloco/goodput.hpp"
 #include "diloco/model.hpp"
 #include "diloco/wan.hpp"
 
@@ -111,7 +112,7 @@ struct Runtime {
   /// left for them to do).
   bool all_done() const;
   /// Decoupled islands send their unsent progress at the end (train.final_sync_s > 0).
-  bool final_sync() const { return cfg.train.mode == "decoupled" && cfg.train.final_sync_s > 0.0; }
+  bool final_sync() const { return cfg.train.mode == TrainMode::decoupled && cfg.train.final_sync_s > 0.0; }
 
   /// The fault schedule: [chaos] events and the time-triggered [[faults]] (at_s), by time.
   std::vector<ChaosEvent> schedule;
@@ -194,12 +195,12 @@ struct Runtime {
   int P() const { return plan.count(); }
   /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
   /// (K = all islands, as the reference loops); "decoupled": they never wait.
-  bool synchronous() const { return cfg.train.mode == "diloco" || cfg.train.mode == "streaming"; }
+  bool synchronous() const { return cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::streaming; }
   /// train.mode "ddp" on the actors: every step, islands send gradients and the syncer (as a
   /// parameter server) averages them, takes the AdamW step and sends the parameters back.
-  bool ddp() const { return cfg.train.mode == "ddp"; }
-  int tau() const { return cfg.train.mode == "diloco" ? 0 : cfg.fragments.tau; }
-  double alpha() const { return cfg.train.mode == "diloco" ? 0.0 : cfg.fragments.effective_alpha(); }
+  bool ddp() const { return cfg.train.mode == TrainMode::ddp; }
+  int tau() const { return cfg.train.mode == TrainMode::diloco ? 0 : cfg.fragments.tau; }
+  double alpha() const { return cfg.train.mode == TrainMode::diloco ? 0.0 : cfg.fragments.effective_alpha(); }
 
 private:
   mutable std::mutex stop_mu_;
