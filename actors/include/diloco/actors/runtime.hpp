@@ -24,6 +24,7 @@
 #include "diloco/ddp.hpp"
 #include "diloco/fragments.hpp"
 #include "diloco/goodput.hpp"
+#include "diloco/goodput.hpp"
 #include "diloco/model.hpp"
 #include "diloco/wan.hpp"
 
