@@ -16,7 +16,7 @@
 #include "diloco/inspect.hpp"
 #include "diloco/loops.hpp"
 #include "diloco/memory.hpp"
-#include "diloco/simulate.hpp"
+#include "diloco/sim/simulate.hpp"
 
 #include "decoupled_run.hpp"
 #include "site_run.hpp"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "diloco/simulate.hpp"
+#include "diloco/sim/simulate.hpp"
 
 namespace {
 

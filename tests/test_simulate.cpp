@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "diloco/simulate.hpp"
+#include "diloco/sim/simulate.hpp"
 
 using namespace diloco;
 namespace tt = boost::test_tools;

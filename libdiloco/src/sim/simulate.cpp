@@ -1,6 +1,6 @@
 // Discrete-event goodput simulator: one shared Poisson interruption trace replayed under data
 // parallel, elastic data parallel and decoupled learners (arXiv 2604.21428). See simulate.hpp.
-#include "diloco/simulate.hpp"
+#include "diloco/sim/simulate.hpp"
 
 #include <algorithm>
 #include <cmath>
