@@ -59,8 +59,9 @@ void fire(caf::event_based_actor* self, Runtime& rt, const SpawnSet& what, const
   }
   const std::string line = "injected fault: " + e.describe();
   spdlog::warn("{}", line);
-  RuntimeEvent ev{RuntimeEvent::fault, e.island, e.chip, 0, 0, -1, 0, {}, line, now};
-  rt.emit(ev);
+  static constexpr FaultKind kinds[] = {FaultKind::chip, FaultKind::island, FaultKind::syncer, FaultKind::straggle,
+                                        FaultKind::partition};  // by ChaosEvent::Kind
+  rt.emit(Event::fault_fired(now, kinds[e.kind], e.island, e.chip, 0, line));
 }
 
 caf::behavior chaos_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> rt, SpawnSet what, caf::actor root) {

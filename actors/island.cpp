@@ -77,7 +77,7 @@ void island_fire_faults(caf::event_based_actor* self, Runtime& rt, int i, long s
     const std::string why = fmt::format("injected fault: {} {}{} at island {} step {}", f.kill == FaultKind::straggle ? "slow" : "kill",
                                         f.kill == FaultKind::straggle ? std::string_view("island") : name_of(f.kill),
                                         f.kill == FaultKind::chip ? fmt::format(" {}", f.chip) : std::string(), i, step);
-    rt.emit({RuntimeEvent::fault, i, f.kill == FaultKind::chip ? f.chip : -1, step, 0, -1, 0, {}, why, detail::now_s(self)});
+    rt.emit(Event::fault_fired(detail::now_s(self), f.kill, i, f.kill == FaultKind::chip ? f.chip : -1, step, why));
     spdlog::warn("{}", why);
     const double back = detail::now_s(self) + f.duration_s;  // repair time (0: at once)
     auto reason = caf::make_error(caf::sec::runtime_error, why);
@@ -105,7 +105,7 @@ void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
 /// would heal from the same global state, train with the same settings and diverge again.
 void island_diverged(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, int fragment,
                      const std::string& why) {
-  rt.emit({RuntimeEvent::diverged, i, -1, st.core->step(), 0, fragment, 0, {}, why, detail::now_s(self)});
+  rt.emit(Event::diverged_state(detail::now_s(self), i, fragment, st.core->step(), why));
   spdlog::error("{}", why);
   rt.stop(why);
   if (st.syncer) {  // a syncer in another process learns it here (in one process rt is shared)
@@ -141,7 +141,7 @@ bool island_send_fragment(caf::event_based_actor* self, Runtime& rt, IslandState
 void island_mark_done(caf::event_based_actor* self, Runtime& rt, int i, long step) {
   if (rt.island_done[static_cast<std::size_t>(i)].exchange(true)) return;
   ++rt.counters.islands_done;
-  rt.emit({RuntimeEvent::done, i, -1, step, 0, -1, 0, {}, {}, detail::now_s(self)});
+  rt.emit(Event::island_done(detail::now_s(self), i, step));
 }
 
 /// The budget is spent: the island takes no more steps. With the final sync it first sends
@@ -181,9 +181,7 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
   if (stepped) {
     rt.counters.tokens += tokens;
     rt.island_steps[static_cast<std::size_t>(i)] = step;
-    RuntimeEvent ev{RuntimeEvent::step, i, -1, step, 0, -1, answered, {}, {}, detail::now_s(self)};
-    ev.detail = std::to_string(loss);
-    rt.emit(ev);
+    rt.emit(Event::stepped(detail::now_s(self), i, step, answered, loss));
     if (st.syncer) {
       detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
@@ -392,9 +390,7 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
           const int n = ++rt->counters.live_islands;
           rt->account([&](GoodputMeter& g) { g.alive(n, run_time(self, *rt)); });
         }
-        RuntimeEvent ev{rejoin ? RuntimeEvent::rejoin : RuntimeEvent::heal, i, -1, st.core->step(),
-                        st.core->base_round(0), -1, st.incarnation, {}, {}, detail::now_s(self)};
-        rt->emit(ev);
+        rt->emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
         if (st.finished) island_wind_down(self, *rt, st, i);
         else island_start_step(self, *rt, st, i);
       },

@@ -67,8 +67,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
   // Counted and reported as the syncer's own refusals are (the app prints rejected events).
   auto refuse = [self, rt, name](const std::string& why) {
     ++rt->counters.rejected;
-    rt->emit({RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {}, "site " + name + "'s session: " + why,
-              detail::now_s(self)});
+    rt->emit(Event::refused(detail::now_s(self), "site " + name + "'s session: " + why));
   };
   // The island a frame speaks for, if its sender is the site's process and the island is the site's.
   auto admit = [self, mine, peer, name, refuse](const WireFrame& w, MessageType want) -> int {
@@ -179,7 +178,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   detail::guard(self, "gateway");
   auto refuse = [self, rt](const std::string& why) {
     ++rt->counters.rejected;
-    rt->emit({RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {}, why, detail::now_s(self)});
+    rt->emit(Event::refused(detail::now_s(self), why));
     return caf::make_error(caf::sec::request_receiver_down, why);
   };
   // A relay ends with its session (connection closed, heartbeat lost, syncer restarted): the

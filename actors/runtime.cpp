@@ -41,25 +41,6 @@ void configure_runtime_system(caf::actor_system_config& cfg, std::size_t threads
   add_runtime_types(cfg);
 }
 
-const char* to_string(RuntimeEvent::Kind k) {
-  switch (k) {
-    case RuntimeEvent::step: return "step";
-    case RuntimeEvent::commit: return "commit";
-    case RuntimeEvent::join: return "join";
-    case RuntimeEvent::heal: return "heal";
-    case RuntimeEvent::rejoin: return "rejoin";
-    case RuntimeEvent::restore: return "restore";
-    case RuntimeEvent::snapshot: return "snapshot";
-    case RuntimeEvent::fault: return "fault";
-    case RuntimeEvent::rejected: return "rejected";
-    case RuntimeEvent::dropped: return "dropped";
-    case RuntimeEvent::done: return "done";
-    case RuntimeEvent::diverged: return "diverged";
-    case RuntimeEvent::unusable_state: return "unusable_state";
-  }
-  return "?";
-}
-
 Directory::Directory(int islands, int chips)
     : islands_(static_cast<std::size_t>(islands)),
       chips_(static_cast<std::size_t>(islands), std::vector<caf::actor>(static_cast<std::size_t>(chips))) {}
@@ -141,7 +122,7 @@ bool Runtime::all_done() const {
   return true;
 }
 
-Runtime::Runtime(RunConfig c, std::function<void(const RuntimeEvent&)> on_event)
+Runtime::Runtime(RunConfig c, std::function<void(const Event&)> on_event)
     : cfg(std::move(c)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
                               cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::ddp ? 1 : cfg.fragments.count)),
@@ -245,7 +226,7 @@ std::vector<Runtime::LinkReport> Runtime::link_report() {
   return out;
 }
 
-void Runtime::emit(const RuntimeEvent& e) {
+void Runtime::emit(const Event& e) {
   std::lock_guard lk(ev_mu_);
   if (on_event_) on_event_(e);
 }

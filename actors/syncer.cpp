@@ -76,10 +76,10 @@ void set_finished(SyncerState& st, Runtime& rt, int id, bool finished) {
 /// resumed from (unusable_state). Reports it, stops the run with `why`, and returns a behaviour
 /// that takes nothing more: the actor stays alive, so its supervisor does not restart it into
 /// the same state again and again.
-caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, RuntimeEvent::Kind kind, int fragment,
+caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, Event::Kind kind, int fragment,
                           const std::string& why) {
-  rt.emit({kind, -1, -1, 0, self->state.core ? self->state.core->global_round() : 0, fragment, 0, {}, why,
-           detail::now_s(self)});
+  const double now = detail::now_s(self);
+  rt.emit(kind == Event::Kind::diverged ? Event::diverged_state(now, -1, fragment, 0, why) : Event::unusable(now, why));
   spdlog::error("syncer: {}", why);
   rt.stop(why);
   self->set_down_handler([](caf::down_msg&) {});
@@ -110,7 +110,7 @@ void syncer_ddp_poll(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   const double now = detail::now_s(self);
   auto frame = st.ddp->params_frame();
   if (!frame)  // NaN or infinity in the parameters: the islands would wait for them forever
-    return self->become(syncer_halt(self, rt, RuntimeEvent::diverged, 0,
+    return self->become(syncer_halt(self, rt, Event::Kind::diverged, 0,
                                     "the parameter server diverged at step " + std::to_string(*step) + ": " +
                                         frame.error().message()));
   broadcast(self, rt, *frame);
@@ -121,7 +121,7 @@ void syncer_ddp_poll(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     g.commit(now - rt.t0.load());
   });
   ++rt.counters.commits;
-  rt.emit({RuntimeEvent::commit, -1, -1, 0, *step, 0, rt.cfg.train.islands, all, {}, now});
+  rt.emit(Event::committed(now, *step, 0, rt.cfg.train.islands, all));
   // Reports once per H steps, like the reference loop (a global round of ddp is H steps).
   const auto H = static_cast<std::uint64_t>(rt.cfg.train.H);
   const bool report = *step % H == 0 || *step == static_cast<std::uint64_t>(rt.cfg.train.steps);
@@ -141,7 +141,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
       // Nothing of a diverged syncer may reach the islands or a snapshot, and nobody would
       // wait for a broadcast that is never sent: the run ends here.
       const auto& h = st.core->health();
-      return self->become(syncer_halt(self, rt, RuntimeEvent::diverged, c.fragment,
+      return self->become(syncer_halt(self, rt, Event::Kind::diverged, c.fragment,
                                       "the syncer diverged: " +
                                           (h ? "merged fragment " + std::to_string(c.fragment) + " cannot be broadcast: " +
                                                    frame.error().message()
@@ -157,7 +157,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
       }
       g.commit(now - rt.t0.load());
     });
-    rt.emit({RuntimeEvent::commit, -1, -1, 0, c.round, c.fragment, c.merged, c.islands, {}, now});
+    rt.emit(Event::committed(now, c.round, c.fragment, c.merged, c.islands));
   }
   if (!commits.empty()) {
     // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery.
@@ -177,7 +177,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
       rt.last_snapshot = std::move(cp);
     }
     st.core->mark_snapshot();
-    rt.emit({RuntimeEvent::snapshot, -1, -1, 0, st.core->global_round(), -1, 0, {}, {}, now});
+    rt.emit(Event::snapshot_taken(now, st.core->global_round()));
   }
   const double next = st.core->next_deadline(now);
   if (std::isfinite(next) && next < st.pending_tick) {
@@ -218,8 +218,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     st.ddp = rt->ddp_server;
     st.ddp->clear_pending();
     if (++rt->syncer_starts > 1)
-      rt->emit({RuntimeEvent::restore, -1, -1, 0, st.ddp->step(), -1, 0, {}, "ddp server state kept in memory",
-                detail::now_s(self)});
+      rt->emit(Event::restored(detail::now_s(self), st.ddp->step(), "ddp server state kept in memory"));
   }
   // Restart: resume from the last snapshot (the file when configured and present, else memory).
   // A state file that cannot be resumed from stops the run, at the first start as at a restart:
@@ -229,7 +228,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     if (!c.syncer.checkpoint.empty()) {
       auto got = load_syncer_state(c.syncer.checkpoint, rt->layout_model->layout(), rt->plan, c.train.islands);
       if (!got)
-        return syncer_halt(self, *rt, RuntimeEvent::unusable_state, -1,
+        return syncer_halt(self, *rt, Event::Kind::unusable_state, -1,
                            "unusable syncer state file, refusing to start over it: " + got.error().message());
       cp = std::move(*got);
     }
@@ -241,16 +240,14 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   const bool restart = !rt->ddp() && ++rt->syncer_starts > 1;
   if (cp) {
     if (auto ok = st.core->restore(*cp); !ok)
-      return syncer_halt(self, *rt, RuntimeEvent::unusable_state, -1,
+      return syncer_halt(self, *rt, Event::Kind::unusable_state, -1,
                          "unusable syncer state" + (c.syncer.checkpoint.empty() ? std::string() : " file " + c.syncer.checkpoint) +
                              ", refusing to start over it: " + ok.error().message());
-    rt->emit({RuntimeEvent::restore, -1, -1, 0, st.core->global_round(), -1, 0, {}, "from the last snapshot",
-              detail::now_s(self)});
+    rt->emit(Event::restored(detail::now_s(self), st.core->global_round(), "from the last snapshot"));
   } else if (restart) {
     // Killed before its first snapshot: rounds start over from the initial parameters, and the
     // islands' next outer gradients (relative to those) carry all their progress.
-    rt->emit({RuntimeEvent::restore, -1, -1, 0, 0, -1, 0, {}, "no snapshot yet: initial parameters",
-              detail::now_s(self)});
+    rt->emit(Event::restored(detail::now_s(self), 0, "no snapshot yet: initial parameters"));
   }
   // Who finished and the last step heard of come back with the snapshot (none without one): a
   // syncer process restarted after a site finished still ends the run, and a restarted site
@@ -287,8 +284,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         auto reply = detail::to_wire(encode_message(st.ddp ? st.ddp->join_reply() : st.core->join_reply()));
         rt->counters.bytes_sent += reply.bytes.size();
-        rt->emit({RuntimeEvent::join, id, -1, 0, st.ddp ? st.ddp->step() : st.core->global_round(), -1, 0, {}, {},
-                  detail::now_s(self)});
+        rt->emit(Event::joined(detail::now_s(self), id, st.ddp ? st.ddp->step() : st.core->global_round()));
         detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
       },
       [=](progress_atom, const WireFrame& w) {
@@ -303,7 +299,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
           // The island's state holds NaN or infinity: the run cannot go on (as for the syncer's own).
           const std::string why = "island " + std::to_string(id) + " reported that it diverged at step " +
                                   std::to_string(pm.local_step);
-          rt->emit({RuntimeEvent::diverged, id, -1, static_cast<long>(pm.local_step), 0, -1, 0, {}, why, now});
+          rt->emit(Event::diverged_state(now, id, -1, static_cast<long>(pm.local_step), why));
           rt->stop(why);
           return;
         }
@@ -328,7 +324,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         auto got = st.ddp->receive(detail::bytes_of(w));
         if (!got) {
           ++rt->counters.rejected;
-          rt->emit({RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {}, got.error().message(), detail::now_s(self)});
+          rt->emit(Event::refused(detail::now_s(self), got.error().message()));
           return;
         }
         syncer_after_receive(self, *rt);
@@ -344,8 +340,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
               const auto& h = std::get<FragmentMessage>(*m).header;
               rt->account([&](GoodputMeter& g) { g.dropped(h.island, static_cast<int>(h.index)); });
             }
-          rt->emit({stale ? RuntimeEvent::dropped : RuntimeEvent::rejected, -1, -1, 0, 0, -1, 0, {},
-                    got.error().message(), detail::now_s(self)});
+          rt->emit(stale ? Event::dropped_late(detail::now_s(self), got.error().message())
+                         : Event::refused(detail::now_s(self), got.error().message()));
           return;
         }
         ++self->state.accepted[{got->island, static_cast<int>(got->index)}];

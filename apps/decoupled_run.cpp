@@ -81,7 +81,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     if (!jsonl) throw std::runtime_error("--metrics: cannot open '" + metrics + "' for writing");
   }
   auto tally = std::make_shared<Tally>();
-  auto rt = std::make_shared<Runtime>(cfg, [tally, islands = cfg.islands](const RuntimeEvent& e) {
+  auto rt = std::make_shared<Runtime>(cfg, [tally, islands = cfg.islands](const Event& e) {
     std::lock_guard lk(tally->mu);
     const double t = tally->since();
     // Time to heal: from the injected fault to the unit working again.
@@ -94,17 +94,16 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
       std::snprintf(buf, sizeof buf, " [%s healed in %.3f s]", unit.c_str(), d);
       return buf;
     };
-    if (e.kind == RuntimeEvent::step) {
-      const double l = std::stod(e.detail);
-      if (std::isfinite(l)) tally->loss_sum += l, ++tally->loss_count;
+    if (e.kind == Event::Kind::step) {
+      if (std::isfinite(e.loss)) tally->loss_sum += e.loss, ++tally->loss_count;
       const int chips = islands.chips_of(e.island);
-      if (e.count == chips) {
+      if (e.chips == chips) {
         for (int c = 0; c < chips; ++c) {
           auto note = healed("chip " + std::to_string(e.island) + "." + std::to_string(c));
           if (!note.empty()) {
             char line[160];
             std::snprintf(line, sizeof line, "%8.2fs  island %d steps with all %d chips again at step %ld%s", t,
-                          e.island, chips, e.step_no, note.c_str());
+                          e.island, chips, e.step, note.c_str());
             tally->timeline.emplace_back(line);
           }
         }
@@ -113,37 +112,35 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     }
     char line[320];
     switch (e.kind) {
-      case RuntimeEvent::fault:
+      case Event::Kind::fault:
         std::snprintf(line, sizeof line, "%8.2fs  %s", t, e.detail.c_str());
         tally->faults.emplace_back(t, e.detail);
-        if (e.detail.find("kill chip") != std::string::npos)
-          tally->down["chip " + std::to_string(e.island) + "." + std::to_string(e.chip)] = t;
-        else if (e.detail.find("kill island") != std::string::npos)
-          tally->down["island " + std::to_string(e.island)] = t;
-        else tally->down["syncer"] = t;
+        if (e.fault == FaultKind::chip) tally->down["chip " + std::to_string(e.island) + "." + std::to_string(e.chip)] = t;
+        else if (e.fault == FaultKind::island) tally->down["island " + std::to_string(e.island)] = t;
+        else if (e.fault == FaultKind::syncer) tally->down["syncer"] = t;
         break;
-      case RuntimeEvent::heal:
-        if (e.count <= 1) return;  // the first start of every island is not news
+      case Event::Kind::heal:
+        if (e.incarnation <= 1) return;  // the first start of every island is not news
         std::snprintf(line, sizeof line, "%8.2fs  island %d (incarnation %d) healed to round %llu at step %ld%s", t,
-                      e.island, e.count, static_cast<unsigned long long>(e.round), e.step_no,
+                      e.island, e.incarnation, static_cast<unsigned long long>(e.round), e.step,
                       healed("island " + std::to_string(e.island)).c_str());
         break;
-      case RuntimeEvent::rejoin:
+      case Event::Kind::rejoin:
         std::snprintf(line, sizeof line, "%8.2fs  island %d re-joined the syncer (base round %llu) at step %ld", t,
-                      e.island, static_cast<unsigned long long>(e.round), e.step_no);
+                      e.island, static_cast<unsigned long long>(e.round), e.step);
         break;
-      case RuntimeEvent::restore:
+      case Event::Kind::restore:
         std::snprintf(line, sizeof line, "%8.2fs  syncer restarted (%s) at global round %llu%s", t, e.detail.c_str(),
                       static_cast<unsigned long long>(e.round), healed("syncer").c_str());
         break;
-      case RuntimeEvent::rejected:
+      case Event::Kind::rejected:
         std::snprintf(line, sizeof line, "%8.2fs  syncer refused a fragment: %s", t, e.detail.c_str());
         break;
-      case RuntimeEvent::diverged:
-      case RuntimeEvent::unusable_state:
+      case Event::Kind::diverged:
+      case Event::Kind::unusable_state:
         std::snprintf(line, sizeof line, "%8.2fs  %s", t, e.detail.c_str());
         break;
-      case RuntimeEvent::dropped:
+      case Event::Kind::dropped:
         // Late contributions are normal in small numbers; the first few are shown, all counted.
         if (++tally->dropped_shown > 10) return;
         std::snprintf(line, sizeof line, "%8.2fs  syncer dropped a late contribution: %s%s", t, e.detail.c_str(),
@@ -160,7 +157,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   }
   const Corpus& corpus = rt->corpus;
   auto model = make_model(cfg.model);
-  const auto eval = corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, cfg.train.eval_batches);
+  const auto eval = corpus.eval_windows(cfg.model.seq_len, cfg.train.eval_windows);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
 
   spdlog::info("config: {}", config_label.empty() ? "built-in defaults" : config_label);
@@ -299,14 +296,15 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     std::lock_guard lk(rt->global_mu);
     final_params = rt->global;
   }
-  const double final_eval = evaluate(*model, final_params, eval);
+  const auto final_measured = evaluate_with_error(*model, final_params, eval);
+  const double final_eval = final_measured.loss;
   if (!save.empty()) save_params(cfg, save, final_params);
   std::printf("timeline (%zu events):\n", tally->timeline.size());
   for (const auto& l : tally->timeline) std::printf("  %s\n", l.c_str());
   const auto tokens = rt->counters.tokens.load();
-  std::printf("done: %s on actors, %llu global rounds, final eval loss %.4f nats/token", std::string(name_of(cfg.train.mode)).c_str(),
+  std::printf("done: %s on actors, %llu global rounds, final eval loss %.4f ± %.4f nats/token", std::string(name_of(cfg.train.mode)).c_str(),
               static_cast<unsigned long long>(printed),
-              final_eval);
+              final_eval, final_measured.std_error);
   if (auto floor = corpus.entropy_floor())
     std::printf(" (entropy floor %.4f, unigram entropy %.4f)", *floor, corpus.unigram_entropy());
   std::printf(", %llu tokens in %.1f s (%.0f tok/s), %.2f MB on the wire",
@@ -337,6 +335,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     jsonl << Json{{"summary", true},
                   {"mode", name_of(cfg.train.mode)},
                   {"final_eval_loss", final_eval},
+                  {"final_eval_std_error", final_measured.std_error},
                   {"seconds", secs},
                   {"tokens", tokens},
                   {"bytes", rt->counters.bytes_sent.load()},

@@ -106,23 +106,23 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   };
   auto mu = std::make_shared<std::mutex>();
   auto commits = std::make_shared<std::deque<Commit>>();
-  auto rt = std::make_shared<Runtime>(cfg, [tl, mu, commits](const RuntimeEvent& e) {
+  auto rt = std::make_shared<Runtime>(cfg, [tl, mu, commits](const Event& e) {
     switch (e.kind) {
-      case RuntimeEvent::commit: {
+      case Event::Kind::commit: {
         std::lock_guard lk(*mu);
         commits->push_back({e.round, e.fragment, e.islands, tl->since()});
         return;
       }
-      case RuntimeEvent::restore:
+      case Event::Kind::restore:
         tl->line("syncer restored (" + e.detail + ") at global round " + std::to_string(e.round));
         return;
-      case RuntimeEvent::join:
+      case Event::Kind::join:
         tl->line("island " + std::to_string(e.island) + " joined at global round " + std::to_string(e.round));
         return;
-      case RuntimeEvent::rejected: tl->line("refused: " + e.detail); return;
-      case RuntimeEvent::dropped: tl->line("dropped a late contribution: " + e.detail); return;
-      case RuntimeEvent::diverged:
-      case RuntimeEvent::unusable_state: tl->line(e.detail); return;
+      case Event::Kind::rejected: tl->line("refused: " + e.detail); return;
+      case Event::Kind::dropped: tl->line("dropped a late contribution: " + e.detail); return;
+      case Event::Kind::diverged:
+      case Event::Kind::unusable_state: tl->line(e.detail); return;
       default: return;
     }
   });
@@ -144,7 +144,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                  *moved);
   }
   auto model = make_model(cfg.model);
-  const auto eval = rt->corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, cfg.train.eval_batches);
+  const auto eval = rt->corpus.eval_windows(cfg.model.seq_len, cfg.train.eval_windows);
   const double initial_eval = evaluate(*model, rt->initial, eval);
 
   caf::actor_system_config sc;
@@ -259,16 +259,17 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
     std::lock_guard lk(rt->global_mu);
     final_params = rt->global;
   }
-  const double final_eval = evaluate(*model, final_params, eval);
-  std::printf("done: syncer, %llu global rounds, final eval loss %.4f nats/token (initial %.4f), %.1f s, %llu "
+  const auto final_measured = evaluate_with_error(*model, final_params, eval);
+  const double final_eval = final_measured.loss;
+  std::printf("done: syncer, %llu global rounds, final eval loss %.4f ± %.4f nats/token (initial %.4f), %.1f s, %llu "
               "fragment commits, %.3f MB accounted syncer -> sites, %llu frames refused\n",
-              static_cast<unsigned long long>(last_round), final_eval, initial_eval, secs,
+              static_cast<unsigned long long>(last_round), final_eval, final_measured.std_error, initial_eval, secs,
               static_cast<unsigned long long>(rt->counters.commits.load()), rt->counters.bytes_sent.load() / 1e6,
               static_cast<unsigned long long>(rt->counters.rejected.load()));
   std::fflush(stdout);
   if (jsonl)
     jsonl << "{\"event\":\"done\",\"rounds\":" << last_round << ",\"final_eval_loss\":" << final_eval
-          << ",\"initial_eval_loss\":" << initial_eval << ",\"seconds\":" << secs
+          << ",\"final_eval_std_error\":" << final_measured.std_error << ",\"initial_eval_loss\":" << initial_eval << ",\"seconds\":" << secs
           << ",\"bytes_accounted\":" << rt->counters.bytes_sent.load() << ",\"rejected\":" << rt->counters.rejected.load()
           << "}\n";
   caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
@@ -291,22 +292,20 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   const auto tls = tls_of(f, cfg, f.site);
   auto tl = std::make_shared<Timeline>();
   const long every = std::max(1, cfg.train.H);
-  auto rt = std::make_shared<Runtime>(cfg, [tl, every](const RuntimeEvent& e) {
+  auto rt = std::make_shared<Runtime>(cfg, [tl, every](const Event& e) {
     switch (e.kind) {
-      case RuntimeEvent::step:
-        if (e.step_no % every == 0)
-          tl->line("island " + std::to_string(e.island) + " step " + std::to_string(e.step_no) + " train loss " +
-                   e.detail.substr(0, 6));
+      case Event::Kind::step:
+        if (e.step % every == 0) tl->line(fmt::format("island {} step {} train loss {:.4f}", e.island, e.step, e.loss));
         return;
-      case RuntimeEvent::heal:
-        tl->line("island " + std::to_string(e.island) + " (incarnation " + std::to_string(e.count) +
-                 ") healed to global round " + std::to_string(e.round) + " at step " + std::to_string(e.step_no));
+      case Event::Kind::heal:
+        tl->line("island " + std::to_string(e.island) + " (incarnation " + std::to_string(e.incarnation) +
+                 ") healed to global round " + std::to_string(e.round) + " at step " + std::to_string(e.step));
         return;
-      case RuntimeEvent::rejoin:
+      case Event::Kind::rejoin:
         tl->line("island " + std::to_string(e.island) + " re-joined the syncer (base round " + std::to_string(e.round) +
-                 ") at step " + std::to_string(e.step_no));
+                 ") at step " + std::to_string(e.step));
         return;
-      case RuntimeEvent::fault: tl->line(e.detail); return;
+      case Event::Kind::fault: tl->line(e.detail); return;
       default: return;
     }
   });

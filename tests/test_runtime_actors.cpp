@@ -67,11 +67,11 @@ struct World {
   std::unique_ptr<caf::actor_system> sys;
   caf::scheduler::test_coordinator* sched = nullptr;
   std::shared_ptr<Runtime> rt;
-  std::vector<RuntimeEvent> events;
+  std::vector<Event> events;
   std::vector<SupervisionEvent> sup;
   caf::actor root;
 
-  std::function<void(const RuntimeEvent&)> hook;  // sees every event as it happens
+  std::function<void(const Event&)> hook;  // sees every event as it happens
 
   /// `before` runs on the Runtime before anything is spawned; `what` says which units run.
   explicit World(RunConfig c, std::function<void(Runtime&)> before = {}, SpawnSet what = {}) {
@@ -80,7 +80,7 @@ struct World {
     add_runtime_types(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
-    rt = std::make_shared<Runtime>(std::move(c), [this](const RuntimeEvent& e) {
+    rt = std::make_shared<Runtime>(std::move(c), [this](const Event& e) {
       events.push_back(e);
       if (hook) hook(e);
     });
@@ -106,13 +106,13 @@ struct World {
     for (const auto& e : sup) n += e.kind == SupervisionEvent::started && e.supervisor == supervisor && e.child == child;
     return n;
   }
-  std::vector<RuntimeEvent> of(RuntimeEvent::Kind k) const {
-    std::vector<RuntimeEvent> out;
+  std::vector<Event> of(Event::Kind k) const {
+    std::vector<Event> out;
     for (const auto& e : events)
       if (e.kind == k) out.push_back(e);
     return out;
   }
-  std::size_t index_of(RuntimeEvent::Kind k, int island = -1) const {
+  std::size_t index_of(Event::Kind k, int island = -1) const {
     for (std::size_t j = 0; j < events.size(); ++j)
       if (events[j].kind == k && (island < 0 || events[j].island == island)) return j;
     return events.size();
@@ -126,9 +126,9 @@ void check_commits(const World& w, std::size_t from = 0, std::size_t to = SIZE_M
   bool trained = false;
   for (std::size_t j = from; j < std::min(to, w.events.size()); ++j) {
     const auto& e = w.events[j];
-    if (e.kind == RuntimeEvent::step && w.rt->budget_spent(e.step_no)) trained = true;
-    if (e.kind != RuntimeEvent::commit) continue;
-    BOOST_TEST((e.count >= w.rt->cfg.quorum.min_islands || trained));
+    if (e.kind == Event::Kind::step && w.rt->budget_spent(e.step)) trained = true;
+    if (e.kind != Event::Kind::commit) continue;
+    BOOST_TEST((e.merged >= w.rt->cfg.quorum.min_islands || trained));
     BOOST_TEST(e.round > last[e.fragment]);
     last[e.fragment] = e.round;
   }
@@ -139,13 +139,13 @@ void check_commits(const World& w, std::size_t from = 0, std::size_t to = SIZE_M
 BOOST_AUTO_TEST_CASE(runtime_without_faults_trains_and_commits_every_round) {
   World w(small_config(2, 2, 2));
   w.settle();
-  const auto commits = w.of(RuntimeEvent::commit);
+  const auto commits = w.of(Event::Kind::commit);
   BOOST_TEST(commits.size() == 6u);  // 18 steps / H = 3, both islands in every round
-  for (const auto& c : commits) BOOST_TEST(c.count == 2);
+  for (const auto& c : commits) BOOST_TEST(c.merged == 2);
   check_commits(w);
-  BOOST_TEST(w.of(RuntimeEvent::rejected).empty());
+  BOOST_TEST(w.of(Event::Kind::rejected).empty());
   BOOST_TEST(w.rt->global_round == 6u);
-  for (const auto& s : w.of(RuntimeEvent::step)) BOOST_TEST(s.count == 2);
+  for (const auto& s : w.of(Event::Kind::step)) BOOST_TEST(s.chips == 2);
 }
 
 BOOST_AUTO_TEST_CASE(crashed_chip_restarts_only_that_chip) {
@@ -153,7 +153,7 @@ BOOST_AUTO_TEST_CASE(crashed_chip_restarts_only_that_chip) {
   c.faults.push_back(step_fault("chip", 0, 1, 4));
   World w(c);
   w.settle();
-  BOOST_TEST(w.of(RuntimeEvent::fault).size() == 1u);
+  BOOST_TEST(w.of(Event::Kind::fault).size() == 1u);
   BOOST_TEST(w.started("island-0", "chip-1") == 2);
   BOOST_TEST(w.started("island-0", "chip-0") == 1);
   BOOST_TEST(w.started("island-0", "island") == 1);
@@ -162,14 +162,14 @@ BOOST_AUTO_TEST_CASE(crashed_chip_restarts_only_that_chip) {
   BOOST_TEST(w.started("root", "syncer") == 1);
   // Island 0 finished step 5 with the surviving chip, and later steps had both again.
   bool short_step = false, full_after = false;
-  for (const auto& s : w.of(RuntimeEvent::step)) {
+  for (const auto& s : w.of(Event::Kind::step)) {
     if (s.island != 0) continue;
-    if (s.step_no == 5) short_step = s.count == 1;
-    if (s.step_no > 5 && s.count == 2) full_after = true;
+    if (s.step == 5) short_step = s.chips == 1;
+    if (s.step > 5 && s.chips == 2) full_after = true;
   }
   BOOST_TEST(short_step);
   BOOST_TEST(full_after);
-  BOOST_TEST(w.of(RuntimeEvent::commit).size() == 6u);  // nobody noticed at the syncer
+  BOOST_TEST(w.of(Event::Kind::commit).size() == 6u);  // nobody noticed at the syncer
   check_commits(w);
 }
 
@@ -183,20 +183,20 @@ BOOST_AUTO_TEST_CASE(island_killed_is_restarted_and_heals_while_others_keep_merg
   BOOST_TEST(w.started("island-1", "island") == 2);
   BOOST_TEST(w.started("island-0", "island") == 1);
   BOOST_TEST(w.started("island-2", "island") == 1);
-  const auto fault = w.index_of(RuntimeEvent::fault);
+  const auto fault = w.index_of(Event::Kind::fault);
   std::size_t heal = w.events.size();
   for (std::size_t j = fault; j < w.events.size(); ++j)
-    if (w.events[j].kind == RuntimeEvent::heal && w.events[j].island == 1) {
+    if (w.events[j].kind == Event::Kind::heal && w.events[j].island == 1) {
       heal = j;
       break;
     }
   BOOST_REQUIRE(heal < w.events.size());
-  BOOST_TEST(w.events[heal].count == 2);  // second incarnation
+  BOOST_TEST(w.events[heal].incarnation == 2);  // second incarnation
   // While island 1 was down the others kept merging, without it.
   int merged_meanwhile = 0;
   std::uint64_t round_at_heal = 0;
   for (std::size_t j = fault; j < heal; ++j)
-    if (w.events[j].kind == RuntimeEvent::commit) {
+    if (w.events[j].kind == Event::Kind::commit) {
       ++merged_meanwhile;
       for (int i : w.events[j].islands) BOOST_TEST(i != 1);
       round_at_heal = w.events[j].round;
@@ -206,10 +206,10 @@ BOOST_AUTO_TEST_CASE(island_killed_is_restarted_and_heals_while_others_keep_merg
   BOOST_TEST(w.events[heal].round == round_at_heal);
   bool merged_again = false;
   for (std::size_t j = heal; j < w.events.size(); ++j)
-    if (w.events[j].kind == RuntimeEvent::commit)
+    if (w.events[j].kind == Event::Kind::commit)
       for (int i : w.events[j].islands) merged_again = merged_again || i == 1;
   BOOST_TEST(merged_again);
-  BOOST_TEST(w.of(RuntimeEvent::rejected).empty());
+  BOOST_TEST(w.of(Event::Kind::rejected).empty());
   check_commits(w);
 }
 
@@ -221,31 +221,31 @@ BOOST_AUTO_TEST_CASE(syncer_restarted_from_snapshot_and_islands_resend) {
   BOOST_TEST(w.started("root", "syncer") == 2);
   BOOST_TEST(w.started("island-0", "island") == 1);  // islands kept running
   BOOST_TEST(w.started("island-1", "island") == 1);
-  const auto fault = w.index_of(RuntimeEvent::fault);
-  const auto restore = w.index_of(RuntimeEvent::restore);
+  const auto fault = w.index_of(Event::Kind::fault);
+  const auto restore = w.index_of(Event::Kind::restore);
   BOOST_REQUIRE(restore < w.events.size());
   BOOST_TEST(restore > fault);
   std::uint64_t before = 0;
   for (std::size_t j = 0; j < fault; ++j)
-    if (w.events[j].kind == RuntimeEvent::commit) before = w.events[j].round;
+    if (w.events[j].kind == Event::Kind::commit) before = w.events[j].round;
   // No round lost beyond the snapshot interval (1 here: none at all).
   BOOST_TEST(w.events[restore].round + static_cast<std::uint64_t>(c.syncer.snapshot_every) >= before + 1);
   BOOST_TEST(w.events[restore].round >= before - 0);
   // Both islands re-joined the new syncer, kept their state and resent: rounds continue.
   int rejoins = 0;
-  for (std::size_t j = restore; j < w.events.size(); ++j) rejoins += w.events[j].kind == RuntimeEvent::rejoin;
+  for (std::size_t j = restore; j < w.events.size(); ++j) rejoins += w.events[j].kind == Event::Kind::rejoin;
   BOOST_TEST(rejoins == 2);
   check_commits(w, restore);
   std::uint64_t last = 0;
   int after = 0;
   for (std::size_t j = restore; j < w.events.size(); ++j)
-    if (w.events[j].kind == RuntimeEvent::commit) {
+    if (w.events[j].kind == Event::Kind::commit) {
       ++after;
       last = w.events[j].round;
     }
   BOOST_TEST(after >= 2);
   BOOST_TEST(last > before);
-  BOOST_TEST(w.of(RuntimeEvent::rejected).empty());
+  BOOST_TEST(w.of(Event::Kind::rejected).empty());
 }
 
 BOOST_AUTO_TEST_CASE(island_and_syncer_killed_together_both_come_back) {
@@ -257,11 +257,11 @@ BOOST_AUTO_TEST_CASE(island_and_syncer_killed_together_both_come_back) {
   BOOST_TEST(w.started("root", "syncer") == 2);
   BOOST_TEST(w.started("island-1", "island") == 2);
   std::size_t heal = w.events.size();
-  for (std::size_t j = w.index_of(RuntimeEvent::fault); j < w.events.size(); ++j)
-    if (w.events[j].kind == RuntimeEvent::heal && w.events[j].island == 1) heal = j;
+  for (std::size_t j = w.index_of(Event::Kind::fault); j < w.events.size(); ++j)
+    if (w.events[j].kind == Event::Kind::heal && w.events[j].island == 1) heal = j;
   BOOST_REQUIRE(heal < w.events.size());  // the second incarnation joined and healed
-  BOOST_TEST(w.events[heal].count == 2);
-  check_commits(w, w.index_of(RuntimeEvent::restore));
+  BOOST_TEST(w.events[heal].incarnation == 2);
+  check_commits(w, w.index_of(Event::Kind::restore));
 }
 
 namespace {
@@ -275,8 +275,8 @@ std::uint64_t fnv(std::uint64_t h, std::uint64_t x) {
 std::uint64_t trace_hash(const World& w) {
   std::uint64_t h = 1469598103934665603ull;
   for (const auto& e : w.events)
-    for (auto x : {std::uint64_t(e.kind), std::uint64_t(e.island + 1), std::uint64_t(e.chip + 1), std::uint64_t(e.step_no),
-                   e.round, std::uint64_t(e.fragment + 1), std::uint64_t(e.count)})
+    for (auto x : {std::uint64_t(e.kind), std::uint64_t(e.island + 1), std::uint64_t(e.chip + 1), std::uint64_t(e.step),
+                   e.round, std::uint64_t(e.fragment + 1), std::uint64_t(e.chips + e.merged + e.incarnation)})
       h = fnv(h, x);
   return h;
 }
@@ -330,24 +330,24 @@ BOOST_AUTO_TEST_CASE(seeded_fault_runs_keep_every_invariant) {
       for (int rep = 0; rep < 2; ++rep) {
         World w(cfg);
         w.settle();
-        BOOST_TEST(w.of(RuntimeEvent::fault).size() == 3u);
+        BOOST_TEST(w.of(Event::Kind::fault).size() == 3u);
         // Rounds only go up within one syncer incarnation; after a restore they resume from the
         // snapshot, at most snapshot_every global rounds (here × P fragment rounds) behind.
         std::map<int, std::uint64_t> last;
         bool trained = false;  // an island trained its budget: the final sync may commit below K
         for (const auto& e : w.events) {
-          if (e.kind == RuntimeEvent::step && e.step_no >= cfg.train.steps) trained = true;
-          if (e.kind == RuntimeEvent::restore) {
+          if (e.kind == Event::Kind::step && e.step >= cfg.train.steps) trained = true;
+          if (e.kind == Event::Kind::restore) {
             for (auto& [p, r] : last) BOOST_TEST(e.round + std::uint64_t(cfg.syncer.snapshot_every) + 1 >= r);
             last.clear();
             for (int p = 0; p < cfg.fragments.count; ++p) last[p] = e.round;
           }
-          if (e.kind != RuntimeEvent::commit) continue;
-          BOOST_TEST((e.count >= cfg.quorum.min_islands || trained));
+          if (e.kind != Event::Kind::commit) continue;
+          BOOST_TEST((e.merged >= cfg.quorum.min_islands || trained));
           BOOST_TEST(e.round > last[e.fragment]);
           last[e.fragment] = e.round;
         }
-        BOOST_TEST(w.of(RuntimeEvent::rejected).empty());
+        BOOST_TEST(w.of(Event::Kind::rejected).empty());
         std::vector<float> global;
         {
           std::lock_guard lk(w.rt->global_mu);
@@ -413,7 +413,7 @@ BOOST_AUTO_TEST_CASE(frames_cross_emulated_wan_links_and_rounds_still_commit) {
   World w(c);
   w.settle();
   w.settle(false);  // the islands are done; let the frames still on the links arrive
-  const auto commits = w.of(RuntimeEvent::commit);
+  const auto commits = w.of(Event::Kind::commit);
   BOOST_REQUIRE(!commits.empty());
   check_commits(w);
   BOOST_TEST(w.rt->global_round > 0u);
@@ -453,7 +453,7 @@ FaultSpec timed_fault(const std::string& kill, double at_s, double duration_s, i
   return f;
 }
 
-double since_start(const World& w, const RuntimeEvent& e) { return e.at - w.rt->t0.load(); }
+double since_start(const World& w, const Event& e) { return e.at - w.rt->t0.load(); }
 
 }  // namespace
 
@@ -462,14 +462,14 @@ BOOST_AUTO_TEST_CASE(ddp_stalls_while_a_killed_island_is_under_repair) {
   c.faults.push_back(timed_fault("island", 0.1, 0.25));
   World w(c);
   w.settle();
-  const auto faults = w.of(RuntimeEvent::fault);
+  const auto faults = w.of(Event::Kind::fault);
   BOOST_REQUIRE_EQUAL(faults.size(), 1u);
   const double at = since_start(w, faults[0]);
   BOOST_TEST(at >= 0.1);
   BOOST_TEST(at < 0.12);
   // No step of the synchronous run commits while island 1 is down; it does once it is back.
   int during = 0, after = 0;
-  for (const auto& e : w.of(RuntimeEvent::commit)) {
+  for (const auto& e : w.of(Event::Kind::commit)) {
     const double t = since_start(w, e);
     during += t > at + 0.03 && t < at + 0.25;  // (the step in flight at the kill may still land)
     after += t >= at + 0.25;
@@ -489,7 +489,7 @@ BOOST_AUTO_TEST_CASE(a_partitioned_site_holds_its_frames_until_the_link_heals) {
   w.settle();
   w.settle(false);  // the last round's frames are still on the links
   // Synchronous rounds need island 0's outer gradient: nothing commits inside the window.
-  const auto commits = w.of(RuntimeEvent::commit);
+  const auto commits = w.of(Event::Kind::commit);
   BOOST_REQUIRE(!commits.empty());
   bool inside = false, after = false;
   for (const auto& e : commits) {
@@ -525,7 +525,7 @@ BOOST_AUTO_TEST_CASE(chaos_schedule_replays_the_same_trace_for_the_same_seed) {
       g = w.rt->global;
     }
     for (float x : g) BOOST_REQUIRE(std::isfinite(x));
-    return std::make_tuple(schedule_hash(w.rt->schedule), trace_hash(w), w.of(RuntimeEvent::fault).size());
+    return std::make_tuple(schedule_hash(w.rt->schedule), trace_hash(w), w.of(Event::Kind::fault).size());
   };
   const auto a = run(7), b = run(7), other = run(8);
   BOOST_TEST(std::get<2>(a) > 0u);
@@ -563,7 +563,7 @@ BOOST_AUTO_TEST_CASE(final_sync_merges_the_progress_left_at_the_end) {
       w.settle();
       check_commits(w);
       BOOST_TEST(w.rt->all_done());
-      for (const auto& e : w.of(RuntimeEvent::commit)) merged[final_sync_s] += e.count;
+      for (const auto& e : w.of(Event::Kind::commit)) merged[final_sync_s] += e.merged;
     }
   }
   // Fragment 0 was last due at step 18: its step 19 reaches the global model only with the
@@ -582,12 +582,12 @@ BOOST_AUTO_TEST_CASE(islands_that_finish_while_the_syncer_is_down_sync_with_its_
   World w(c);
   w.settle();
   BOOST_TEST(w.rt->all_done());
-  BOOST_TEST(w.of(RuntimeEvent::fault).size() == 1u);
+  BOOST_TEST(w.of(Event::Kind::fault).size() == 1u);
   // Both islands re-joined the restarted syncer and their last progress was merged there.
-  const auto restored = w.index_of(RuntimeEvent::restore);
+  const auto restored = w.index_of(Event::Kind::restore);
   BOOST_REQUIRE(restored < w.events.size());
   int commits_after = 0;
-  for (std::size_t j = restored; j < w.events.size(); ++j) commits_after += w.events[j].kind == RuntimeEvent::commit;
+  for (std::size_t j = restored; j < w.events.size(); ++j) commits_after += w.events[j].kind == Event::Kind::commit;
   BOOST_TEST(commits_after >= 1);
 }
 
@@ -596,7 +596,7 @@ BOOST_AUTO_TEST_CASE(islands_of_different_sizes_step_with_all_their_chips) {
   c.islands.counts = {1, 3};
   World w(c);
   w.settle();
-  for (const auto& s : w.of(RuntimeEvent::step)) BOOST_TEST(s.count == (s.island == 0 ? 1 : 3));
+  for (const auto& s : w.of(Event::Kind::step)) BOOST_TEST(s.chips == (s.island == 0 ? 1 : 3));
   BOOST_TEST(w.started("island-1", "chip-2") == 1);
   BOOST_TEST(w.started("island-0", "chip-1") == 0);
   BOOST_TEST(w.rt->goodput_report(w.rt->t0.load() + 1.0).provisioned_chip_s == 4.0);  // 1 + 3 chips for 1 s
@@ -627,7 +627,7 @@ BOOST_AUTO_TEST_CASE(diverging_decoupled_run_stops_naming_the_island_instead_of_
   BOOST_REQUIRE(why.has_value());
   BOOST_TEST_MESSAGE(*why);
   BOOST_TEST(why->find("diverged") != std::string::npos);
-  const auto diverged = w.of(RuntimeEvent::diverged);
+  const auto diverged = w.of(Event::Kind::diverged);
   BOOST_REQUIRE(!diverged.empty());
   BOOST_TEST((diverged[0].island >= 0 || diverged[0].fragment >= 0));  // who it was
   BOOST_TEST(diverged[0].detail == *why);
@@ -649,8 +649,8 @@ BOOST_AUTO_TEST_CASE(corrupt_syncer_state_file_stops_the_run_and_is_left_as_it_w
   BOOST_TEST_MESSAGE(*why);
   BOOST_TEST(why->find("unusable syncer state file") != std::string::npos);
   BOOST_TEST(why->find(path) != std::string::npos);
-  BOOST_TEST(w.of(RuntimeEvent::unusable_state).size() == 1u);
-  BOOST_TEST(w.of(RuntimeEvent::commit).empty());  // no round was started over
+  BOOST_TEST(w.of(Event::Kind::unusable_state).size() == 1u);
+  BOOST_TEST(w.of(Event::Kind::commit).empty());  // no round was started over
   BOOST_TEST(read_all(path) == "garbage, not a checkpoint");
   BOOST_TEST(w.started("root", "syncer") == 1);
   std::filesystem::remove(path);
@@ -664,8 +664,8 @@ BOOST_AUTO_TEST_CASE(state_file_corrupt_at_a_syncer_restart_stops_the_run_withou
   c.faults.push_back(step_fault("syncer", 0, 0, 7));
   World w(c);
   // The file goes bad just before the syncer is killed: its restart finds it so.
-  w.hook = [&](const RuntimeEvent& e) {
-    if (e.kind == RuntimeEvent::fault) write_all(path, "truncated");
+  w.hook = [&](const Event& e) {
+    if (e.kind == Event::Kind::fault) write_all(path, "truncated");
   };
   w.settle(false);
   const auto why = w.rt->stopped();
@@ -696,7 +696,7 @@ BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_restores_who_finish
       SpawnSet{true, false, {}});  // the syncer alone, as in `diloco syncer`
   w.settle(false);
   BOOST_TEST(!w.rt->stopped().has_value());
-  BOOST_TEST(w.of(RuntimeEvent::restore).size() == 1u);
+  BOOST_TEST(w.of(Event::Kind::restore).size() == 1u);
   BOOST_TEST(w.rt->island_finished[1].load());
   BOOST_TEST(!w.rt->island_finished[0].load());
   BOOST_TEST(w.rt->island_steps[0].load() == 12);  // what a restarted site is told

@@ -1,5 +1,5 @@
 // The chaos driver: plays Runtime::schedule (seeded [chaos] faults and time-triggered
-// [[faults]]) against the units of this process, each fault logged as a RuntimeEvent.
+// [[faults]]) against the units of this process, each fault logged as an Event.
 #pragma once
 
 #include <memory>

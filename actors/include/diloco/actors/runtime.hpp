@@ -22,32 +22,14 @@
 #include "diloco/config.hpp"
 #include "diloco/data.hpp"
 #include "diloco/ddp.hpp"
+#include "diloco/events.hpp"
 #include "diloco/fragments.hpp"
-#include "diloco/goodput.hpp"
 #include "diloco/goodput.hpp"
 #include "diloco/model.hpp"
 #include "diloco/wan.hpp"
 
 namespace diloco::actors {
 
-/// Something that happened in the runtime, for progress lines, tests and the demo timeline.
-struct RuntimeEvent {
-  /// diverged: an island's or the syncer's state holds NaN or infinity (island or fragment,
-  /// detail = what); unusable_state: the syncer's state file cannot be resumed from (detail =
-  /// the file and why). Both end the run (Runtime::stop).
-  enum Kind { step, commit, join, heal, rejoin, restore, snapshot, fault, rejected, dropped, done, diverged,
-              unusable_state } kind;
-  int island = -1;
-  int chip = -1;
-  long step_no = 0;             // step: the island's local step
-  std::uint64_t round = 0;      // commit: new round; global round for snapshot/restore
-  int fragment = -1;
-  int count = 0;                // step: chips that answered; commit: contributions merged
-  std::vector<int> islands;     // commit: who was merged
-  std::string detail;
-  double at = 0.0;              // actor-clock seconds
-};
-const char* to_string(RuntimeEvent::Kind k);
 
 /// Where actors find each other after restarts (like Erlang's registered names): the start
 /// functions write the handle of every unit they spawn here.
@@ -83,7 +65,7 @@ struct RuntimeCounters {
 /// Everything the runtime's actors share inside one process: immutable run description,
 /// directory, counters, the syncer's last snapshot and an event sink.
 struct Runtime {
-  Runtime(RunConfig cfg, std::function<void(const RuntimeEvent&)> on_event = {});
+  Runtime(RunConfig cfg, std::function<void(const Event&)> on_event = {});
 
   RunConfig cfg;
   Corpus corpus;
@@ -185,7 +167,7 @@ struct Runtime {
   std::deque<std::pair<std::uint64_t, std::vector<float>>> new_rounds;
   static constexpr std::size_t max_new_rounds = 64;
 
-  void emit(const RuntimeEvent& e);
+  void emit(const Event& e);
   /// The run cannot go on and must end with an error: an island or the syncer diverged, or the
   /// syncer's state file is unusable. Not a crash: a restarted unit would meet the same state
   /// (or the same settings) again, and its supervisor would restart it forever. The first
@@ -207,7 +189,7 @@ private:
   mutable std::mutex stop_mu_;
   std::optional<std::string> stop_reason_;
   std::mutex ev_mu_;
-  std::function<void(const RuntimeEvent&)> on_event_;
+  std::function<void(const Event&)> on_event_;
 };
 
 /// Which units a process runs: all of them in one process; the syncer alone or one site's
