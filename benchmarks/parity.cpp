@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> base = shape;
   base.insert(base.end(), {"train.islands=" + std::to_string(islands), "train.steps=" + std::to_string(steps),
                            "inner.warmup_steps=" + std::to_string(steps / 20),
-                           "inner.decay_steps=" + std::to_string(steps - steps / 20), "train.eval_batches=32"});
+                           "inner.decay_steps=" + std::to_string(steps - steps / 20), "train.eval_windows=256"});
   const std::string P = model == "small" ? "3" : "4";  // one fragment per layer group
   const std::vector<Method> methods = {
       {"ddp", {"train.mode=\"ddp\"", "train.H=50"}},

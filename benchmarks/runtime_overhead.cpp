@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   const int islands = 2;
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
   auto cfg = diloco::parse_config("", {"train.mode=\"diloco\"", "train.islands=" + std::to_string(islands),
-                                       "train.steps=" + std::to_string(steps), "train.H=50", "train.eval_batches=1",
+                                       "train.steps=" + std::to_string(steps), "train.H=50", "train.eval_windows=8",
                                        "islands.chips=1"},
                                   "runtime_overhead");
   // Warm-up (page faults, allocator), not timed.

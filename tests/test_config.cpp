@@ -76,6 +76,14 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_key_and_the_problem) {
   BOOST_TEST(mentions(all, "train.batch"));
 }
 
+BOOST_AUTO_TEST_CASE(the_evaluation_window_count_is_read_from_train_eval_windows) {
+  BOOST_TEST(parse_config("[train]\neval_windows = 300\n").train.eval_windows == 300);
+  BOOST_TEST(parse_config("", {"train.eval_windows=64"}).train.eval_windows == 64);
+  // One window has no standard error; the old batch count is no longer a key.
+  BOOST_TEST(mentions(problems_of("[train]\neval_windows = 1\n"), "train.eval_windows: must be ≥ 2 (got 1"));
+  BOOST_TEST(mentions(problems_of("[train]\neval_batches = 8\n"), "train.eval_batches: unknown key"));
+}
+
 BOOST_AUTO_TEST_CASE(malformed_toml_reports_file_line_and_column) {
   auto p = problems_of("[train]\nislands = = 3\n");
   BOOST_TEST(mentions(p, "test.toml:2:"));
@@ -255,7 +263,7 @@ BOOST_AUTO_TEST_CASE(absurd_layer_count_is_refused_naming_the_key_and_memory) {
 
 BOOST_AUTO_TEST_CASE(each_absurd_size_names_its_key_before_anything_is_allocated) {
   const std::pair<const char*, const char*> rows[] = {
-      {"[train]\neval_batches = 2147483647\n", "train.eval_batches: 2147483647 needs "},
+      {"[train]\neval_windows = 2147483647\n[model]\nseq_len = 1024\n", "train.eval_windows: 2147483647 needs "},
       {"[train]\nbatch = 2147483647\n", "train.batch: 2147483647 "},
       {"[model]\nn_embd = 65536\n", "model.n_embd: 65536 needs "},
       {"[data]\neval_tokens = 9223372036854775807\n", "data.eval_tokens: 9223372036854775807 needs "},

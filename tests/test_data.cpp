@@ -1,8 +1,9 @@
 // Data: the synthetic language's entropy is computed right, shards are deterministic, non-IID
-// shards differ, files split into train and evaluation.
+// shards differ, files split into train and evaluation, evaluation windows span the whole split.
 #define BOOST_TEST_MODULE data
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -122,10 +123,83 @@ BOOST_AUTO_TEST_CASE(bad_data_settings_name_the_key) {
                         [](const auto& e) { return std::string(e.what()).find("data.path") == 0; });
 }
 
-BOOST_AUTO_TEST_CASE(eval_batches_are_fixed_windows_of_the_split) {
-  auto c = Corpus::make(DataConfig{});
-  auto e1 = c.eval_batches(4, 31, 3), e2 = c.eval_batches(4, 31, 3);
-  BOOST_TEST(e1.size() == 3u);
-  BOOST_TEST(e1[2].tokens == e2[2].tokens, boost::test_tools::per_element());
-  BOOST_TEST(std::equal(e1[0].tokens.begin(), e1[0].tokens.begin() + 32, c.eval_tokens().begin()));
+BOOST_AUTO_TEST_CASE(eval_windows_reach_from_the_head_of_the_split_to_its_end) {
+  DataConfig cfg;
+  cfg.eval_tokens = 10000;
+  const auto c = Corpus::make(cfg);
+  const int T = 63;
+  const std::size_t w = T + 1, R = c.eval_tokens().size() - w + 1, n = 40;  // R possible starts
+  const auto starts = c.eval_window_starts(T, n);
+  BOOST_TEST_REQUIRE(starts.size() == n);
+  // One window in each of n equal stretches of the starts: the first near the head, the last
+  // ending near the end of the split, never past it.
+  for (std::size_t k = 0; k < n; ++k) {
+    BOOST_TEST(starts[k] >= k * R / n, k);
+    BOOST_TEST(starts[k] < (k + 1) * R / n, k);
+  }
+  BOOST_TEST(starts.front() < R / n);
+  BOOST_TEST(starts.back() + w <= c.eval_tokens().size());
+  BOOST_TEST(c.eval_tokens().size() - (starts.back() + w) <= R / n);
+  // The windows are those bytes of the split, the same on every call; another data.seed draws
+  // other offsets.
+  const auto windows = c.eval_windows(T, static_cast<int>(n));
+  BOOST_TEST_REQUIRE(windows.size() == n);
+  for (std::size_t k = 0; k < n; ++k) {
+    BOOST_TEST(windows[k].B == 1);
+    BOOST_TEST(windows[k].T == T);
+    BOOST_TEST(std::equal(windows[k].tokens.begin(), windows[k].tokens.end(),
+                          c.eval_tokens().begin() + static_cast<std::ptrdiff_t>(starts[k])), k);
+  }
+  BOOST_TEST(c.eval_window_starts(T, n) == starts, boost::test_tools::per_element());
+  cfg.seed = 2;
+  BOOST_TEST(Corpus::make(cfg).eval_window_starts(T, n) != starts);
+}
+
+BOOST_AUTO_TEST_CASE(eval_windows_spread_over_a_file_tail_not_its_first_bytes) {
+  // The evaluation tail of a file: its first half 'a', its second half 'z'. The first windows
+  // alone would all read 'a'.
+  const std::string path = "test_data_eval_tail.txt";
+  {
+    std::ofstream f(path, std::ios::binary);
+    for (int i = 0; i < 18000; ++i) f << 't';
+    for (int i = 0; i < 2000; ++i) f << (i < 1000 ? 'a' : 'z');
+  }
+  DataConfig cfg;
+  cfg.corpus = "file";
+  cfg.path = path;
+  cfg.eval_fraction = 0.1;
+  const auto c = Corpus::make(cfg);
+  std::remove(path.c_str());
+  BOOST_TEST_REQUIRE(c.eval_tokens().size() == 2000u);
+  const auto windows = c.eval_windows(15, 8);
+  int all_a = 0, all_z = 0;
+  for (const auto& b : windows) {
+    all_a += std::all_of(b.tokens.begin(), b.tokens.end(), [](auto x) { return x == 'a'; });
+    all_z += std::all_of(b.tokens.begin(), b.tokens.end(), [](auto x) { return x == 'z'; });
+  }
+  BOOST_TEST(all_a >= 3);
+  BOOST_TEST(all_z >= 3);
+}
+
+BOOST_AUTO_TEST_CASE(more_windows_than_starts_repeat_windows_inside_the_split) {
+  DataConfig cfg;
+  cfg.eval_tokens = 1024;
+  const auto c = Corpus::make(cfg);
+  const auto starts = c.eval_window_starts(1000, 50);  // 24 possible starts
+  BOOST_TEST_REQUIRE(starts.size() == 50u);
+  BOOST_TEST(std::is_sorted(starts.begin(), starts.end()));
+  BOOST_TEST(starts.back() == 23u);
+  BOOST_TEST(starts.front() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(eval_batches_group_the_spread_windows) {
+  const auto c = Corpus::make(DataConfig{});
+  const auto batches = c.eval_batches(4, 31, 3), again = c.eval_batches(4, 31, 3);
+  const auto starts = c.eval_window_starts(31, 12);
+  BOOST_TEST_REQUIRE(batches.size() == 3u);
+  BOOST_TEST(batches[2].tokens == again[2].tokens, boost::test_tools::per_element());
+  for (std::size_t k = 0; k < 12; ++k)
+    BOOST_TEST(std::equal(batches[k / 4].tokens.begin() + static_cast<std::ptrdiff_t>(k % 4 * 32),
+                          batches[k / 4].tokens.begin() + static_cast<std::ptrdiff_t>(k % 4 * 32 + 32),
+                          c.eval_tokens().begin() + static_cast<std::ptrdiff_t>(starts[k])), k);
 }

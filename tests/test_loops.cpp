@@ -17,7 +17,7 @@ RunConfig tiny(const std::string& mode) {
   c.train.mode = *choice_of<TrainMode>(mode);
   c.train.batch = 4;
   c.train.steps = 24;
-  c.train.eval_batches = 2;
+  c.train.eval_windows = 8;
   c.inner.warmup_steps = 5;
   c.data.eval_tokens = 4096;
   return c;
@@ -81,6 +81,26 @@ BOOST_AUTO_TEST_CASE(streaming_with_overlap_runs_and_learns) {
   const auto r = run_reference(st);
   BOOST_TEST(r.reports.size() == 6u);
   BOOST_TEST(r.final_eval_loss < r.reports.front().eval_loss);
+}
+
+BOOST_AUTO_TEST_CASE(every_report_evaluates_train_eval_windows_spread_windows_with_their_error) {
+  for (const int windows : {6, 40}) {
+    auto c = tiny("diloco");
+    c.train.islands = 2;
+    c.train.H = 8;
+    c.train.eval_windows = windows;
+    const auto r = run_reference(c);
+    BOOST_TEST_REQUIRE(r.reports.size() == 3u);
+    for (const auto& rep : r.reports) BOOST_TEST(rep.eval_std_error > 0.0);
+    // The final figure is the configured count of windows of the split, measured again by hand.
+    auto model = make_model(c.model);
+    const auto expected =
+        evaluate_with_error(*model, r.params, Corpus::make(c.data).eval_windows(c.model.seq_len, windows));
+    BOOST_TEST(expected.batches == static_cast<std::size_t>(windows));
+    BOOST_TEST(r.final_eval_loss == expected.loss);
+    BOOST_TEST(r.final_eval_std_error == expected.std_error);
+    BOOST_TEST(r.final_eval_std_error == r.reports.back().eval_std_error);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_short_diloco_run_falls_well_below_the_unigram_entropy) {

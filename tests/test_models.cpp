@@ -1,5 +1,5 @@
 // The built-in models: layouts, deterministic init, gradients against finite differences,
-// float/double agreement, and that gradient descent actually learns.
+// float/double agreement, that gradient descent actually learns, and the eval loss with its error.
 #define BOOST_TEST_MODULE models
 #include <boost/test/unit_test.hpp>
 
@@ -337,6 +337,39 @@ BOOST_AUTO_TEST_CASE(model_interface_matches_the_network) {
   const Batch b = random_batch(2, 6, 52);
   BOOST_TEST(m->loss(p, b) == net.loss(p, b));
   BOOST_TEST(m->flops_per_token(64) > 6.0 * 12 * 2 * 16 * 16);
+}
+
+BOOST_AUTO_TEST_CASE(standard_error_of_known_losses_is_the_sample_deviation_over_root_n) {
+  const std::vector<double> losses = {1.0, 2.0, 3.0, 4.0};  // mean 2.5, sample variance 5/3
+  const auto r = mean_and_std_error(losses);
+  BOOST_TEST(r.loss == 2.5);
+  BOOST_TEST(r.std_error == std::sqrt(5.0 / 3.0 / 4.0), boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(r.batches == 4u);
+  const std::vector<double> same(100, 3.25);  // no spread, no error (and no cancellation)
+  BOOST_TEST(mean_and_std_error(same).loss == 3.25);
+  BOOST_TEST(mean_and_std_error(same).std_error == 0.0);
+  const std::vector<double> one = {2.0};  // one window: a loss without an error
+  BOOST_TEST(mean_and_std_error(one).loss == 2.0);
+  BOOST_TEST(mean_and_std_error(one).std_error == 0.0);
+  BOOST_TEST(std::isnan(mean_and_std_error({}).loss));
+}
+
+BOOST_AUTO_TEST_CASE(evaluate_reports_the_mean_and_error_of_the_batch_losses) {
+  auto m = make_model(tiny_gpt());
+  std::vector<float> p(m->layout().size());
+  m->init(p, 61);
+  std::vector<Batch> eval;
+  std::vector<double> losses;
+  for (int k = 0; k < 5; ++k) {
+    eval.push_back(random_batch(1, 8, 62 + static_cast<std::uint64_t>(k)));
+    losses.push_back(m->loss(p, eval.back()));
+  }
+  const auto r = evaluate_with_error(*m, p, eval), expected = mean_and_std_error(losses);
+  BOOST_TEST(r.loss == expected.loss);
+  BOOST_TEST(r.std_error == expected.std_error);
+  BOOST_TEST(r.std_error > 0.0);
+  BOOST_TEST(r.batches == 5u);
+  BOOST_TEST(evaluate(*m, p, eval) == r.loss);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -41,7 +41,7 @@ RunConfig small_config(int islands, int chips, int K) {
   c.train.steps = 18;
   c.train.batch = 2;
   c.train.H = 3;
-  c.train.eval_batches = 1;
+  c.train.eval_windows = 2;
   c.inner.lr = 3e-3f;
   c.inner.warmup_steps = 2;
   c.islands.chips = chips;

@@ -38,7 +38,7 @@ RunConfig golden_config(const std::string& mode, int P, int tau) {
   c.train.steps = 24;
   c.train.batch = 4;
   c.train.H = 6;
-  c.train.eval_batches = 1;
+  c.train.eval_windows = 4;
   c.inner.lr = 3e-3f;
   c.inner.warmup_steps = 3;
   c.fragments.count = P;

@@ -87,7 +87,9 @@ std::vector<Field> fields(RunConfig& c) {
       {"train", "steps", &c.train.steps, "inner steps per island"},
       {"train", "batch", &c.train.batch, "windows of seq_len bytes per island per inner step"},
       {"train", "H", &c.train.H, "inner steps between two syncs of a fragment"},
-      {"train", "eval_batches", &c.train.eval_batches, "evaluation batches (of train.batch windows) per report"},
+      {"train", "eval_windows", &c.train.eval_windows,
+       "held-out windows of seq_len + 1 bytes per evaluation, one in each equal stretch of the split; the summary "
+       "prints the loss ± its standard error"},
       {"train", "seed", &c.train.seed, "seeds the initial parameters"},
       {"train", "budget", choice(&c.train.budget),
        "actors: \"island_steps\" (each island trains `steps`) or \"total_tokens\" (the islands together train "
@@ -562,8 +564,9 @@ MemoryNeed memory_need(const RunConfig& c) {
   const long double models = c.train.mode == TrainMode::decoupled ? std::max(total_chips(c), 1.0L) : 1.0L;
   n.activation_bytes = models * workspace_bytes(c.model, c.train.batch);
   const long double window = c.model.seq_len + 1.0L;
-  n.data_bytes = static_cast<long double>(std::max(c.train.eval_batches, 0)) *
-                 (static_cast<long double>(c.train.batch) * window + sizeof(Batch));
+  // Each evaluation window is a batch of its own, with its start and its loss.
+  n.data_bytes = static_cast<long double>(std::max(c.train.eval_windows, 0)) *
+                 (window + sizeof(Batch) + sizeof(std::size_t) + sizeof(double));
   if (c.data.corpus == "synthetic")  // the evaluation split, and a document in the making per stream
     n.data_bytes += static_cast<long double>(c.data.eval_tokens) + (islands + 1) * std::max(c.data.doc_len, 0);
   return n;
@@ -627,7 +630,9 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   else check_not_too_long(e, "train.final_sync_s", t.final_sync_s);
   if (t.batch < 1) e.push_back("train.batch: must be ≥ 1 (got " + std::to_string(t.batch) + ")");
   if (t.H < 1) e.push_back("train.H: must be ≥ 1 (got " + std::to_string(t.H) + ")");
-  if (t.eval_batches < 1) e.push_back("train.eval_batches: must be ≥ 1");
+  if (t.eval_windows < 2)
+    e.push_back("train.eval_windows: must be ≥ 2 (got " + std::to_string(t.eval_windows) +
+                "; a standard error needs two windows)");
   const auto& f = c.fragments;
   // Fragments split the model by layer (strided) or by tensor (balanced); none may be empty.
   const int layers = std::clamp(c.model.n_layer, 1, 1 << 24);

@@ -17,6 +17,7 @@ namespace {
 constexpr char kSymbols[] = " etaoinshrdlcumwfgypbvkjxqz.,ETAOINSHRDLCUMWFGYPBVKJXQZ0123456789";
 constexpr int kMaxAlphabet = static_cast<int>(sizeof(kSymbols) - 1);
 constexpr std::uint64_t kEvalStream = 0xE7A1;
+constexpr std::uint64_t kEvalWindowStream = 0xE7A2;
 constexpr std::uint64_t kLanguageStream = 0x1A46;
 
 double entropy_of(const std::vector<double>& p) {
@@ -289,21 +290,36 @@ std::unique_ptr<BatchSource> Corpus::shard(int island, int num_islands) const {
   return std::make_unique<FileShard>(train_, n * i / m, n * (i + 1) / m, seed);
 }
 
-std::vector<Batch> Corpus::eval_batches(int B, int T, int count) const {
-  std::vector<Batch> out(static_cast<std::size_t>(count));
+std::vector<std::size_t> Corpus::eval_window_starts(int T, std::size_t count) const {
   const auto w = static_cast<std::size_t>(T) + 1;
-  const std::size_t windows = eval_.size() / w;
-  if (windows == 0) throw std::invalid_argument("data.eval_tokens: shorter than one window");
+  if (eval_.size() < w) throw std::invalid_argument("data.eval_tokens: shorter than one window");
+  if (count > (std::size_t{1} << 31)) throw std::invalid_argument("evaluation: more than 2^31 windows");
+  if (count == 0) return {};
+  // Starts 0 .. R-1; stretch k holds [k·R/n, (k+1)·R/n), computed as k·q + k·r/n without overflow
+  // (k, r < n ≤ 2^31, so k·r < 2^62).
+  const std::size_t R = eval_.size() - w + 1, n = count, q = R / n, r = R % n;
+  const auto bound = [&](std::size_t k) { return k * q + k * r / n; };
+  Rng rng(derive_seed(cfg_.seed, kEvalWindowStream));
+  std::vector<std::size_t> starts(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t lo = bound(k), hi = bound(k + 1);
+    starts[k] = hi > lo ? lo + rng.below(hi - lo) : lo;  // more windows than starts: some repeat
+  }
+  return starts;
+}
+
+std::vector<Batch> Corpus::eval_batches(int B, int T, int count) const {
+  const auto w = static_cast<std::size_t>(T) + 1;
+  const auto starts = eval_window_starts(T, static_cast<std::size_t>(B) * static_cast<std::size_t>(count));
+  std::vector<Batch> out(static_cast<std::size_t>(count));
   std::size_t k = 0;
   for (auto& b : out) {
     b.B = B;
     b.T = T;
     b.tokens.resize(static_cast<std::size_t>(B) * w);
-    for (int i = 0; i < B; ++i, ++k) {
-      const std::size_t start = (k % windows) * w;  // wraps round if count·B exceeds the split
-      std::copy_n(eval_.begin() + static_cast<std::ptrdiff_t>(start), w,
+    for (int i = 0; i < B; ++i, ++k)
+      std::copy_n(eval_.begin() + static_cast<std::ptrdiff_t>(starts[k]), w,
                   b.tokens.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * w));
-    }
   }
   return out;
 }

@@ -61,7 +61,9 @@ struct Recorder {
     r.round = (step + cfg.train.H - 1) / cfg.train.H;
     r.step = step;
     r.train_loss = loss_count ? loss_sum / static_cast<double>(loss_count) : 0.0;
-    r.eval_loss = evaluate(model, global, eval);
+    const auto measured = evaluate_with_error(model, global, eval);
+    r.eval_loss = measured.loss;
+    r.eval_std_error = measured.std_error;
     r.tokens = out.tokens;
     r.bytes = out.bytes;
     r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -215,16 +217,21 @@ RunSummary run_reference(const RunConfig& cfg, const std::function<void(const Ro
     throw std::invalid_argument("run_reference: initial parameters have " + std::to_string(initial.size()) +
                                 " values, the model has " + std::to_string(theta.size()));
   else std::copy(initial.begin(), initial.end(), theta.begin());
-  const auto eval = corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, cfg.train.eval_batches);
+  const auto eval = corpus.eval_windows(cfg.model.seq_len, cfg.train.eval_windows);
   RunSummary out;
   out.entropy_floor = corpus.entropy_floor();
   out.unigram_entropy = corpus.unigram_entropy();
   Recorder rec{cfg, *model, eval, on_report, out};
   if (cfg.train.mode == TrainMode::ddp) run_ddp(cfg, *model, corpus, rec, theta);
   else run_fragments(cfg, *model, corpus, rec, theta);
-  out.final_eval_loss = out.diverged           ? evaluate(*model, theta, eval)
-                        : out.reports.empty() ? 0.0
-                                              : out.reports.back().eval_loss;
+  if (out.diverged) {
+    const auto measured = evaluate_with_error(*model, theta, eval);
+    out.final_eval_loss = measured.loss;
+    out.final_eval_std_error = measured.std_error;
+  } else if (!out.reports.empty()) {
+    out.final_eval_loss = out.reports.back().eval_loss;
+    out.final_eval_std_error = out.reports.back().eval_std_error;
+  }
   out.seconds = std::chrono::duration<double>(Clock::now() - rec.start).count();
   out.params = std::move(theta);
   return out;

@@ -1,6 +1,8 @@
-// make_model: picks the built-in model named by ModelConfig::kind behind the Model interface.
+// make_model: picks the built-in model named by ModelConfig::kind behind the Model interface;
+// evaluate: the mean loss over evaluation batches and its standard error.
 #include "diloco/model.hpp"
 
+#include <cmath>
 #include <stdexcept>
 #include <utility>
 
@@ -42,10 +44,33 @@ std::unique_ptr<Model> make_model(const ModelConfig& cfg) {
                               "' (expected 'gpt' or 'mlp')");
 }
 
+EvalResult mean_and_std_error(std::span<const double> losses) {
+  EvalResult r;
+  r.batches = losses.size();
+  if (losses.empty()) {
+    r.loss = std::nan("");
+    return r;
+  }
+  const double n = static_cast<double>(losses.size());
+  double sum = 0.0;
+  for (double l : losses) sum += l;
+  r.loss = sum / n;
+  if (losses.size() < 2) return r;
+  double ss = 0.0;  // two passes: the squares of deviations, not of values (no cancellation)
+  for (double l : losses) ss += (l - r.loss) * (l - r.loss);
+  r.std_error = std::sqrt(ss / (n - 1.0) / n);
+  return r;
+}
+
+EvalResult evaluate_with_error(Model& model, std::span<const float> params, const std::vector<Batch>& eval) {
+  std::vector<double> losses;
+  losses.reserve(eval.size());
+  for (const auto& b : eval) losses.push_back(model.loss(params, b));
+  return mean_and_std_error(losses);
+}
+
 double evaluate(Model& model, std::span<const float> params, const std::vector<Batch>& eval) {
-  double s = 0.0;
-  for (const auto& b : eval) s += model.loss(params, b);
-  return s / static_cast<double>(eval.size());
+  return evaluate_with_error(model, params, eval).loss;
 }
 
 }  // namespace diloco

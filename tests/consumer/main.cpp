@@ -16,7 +16,7 @@ islands = 2
 steps = 20
 H = 5
 batch = 4
-eval_batches = 2
+eval_windows = 8
 )");
   auto summary = diloco::run_reference(cfg);
   std::printf("consumer: %zu rounds, final eval loss %.4f\n", summary.reports.size(), summary.final_eval_loss);

@@ -54,7 +54,8 @@ struct TrainConfig {
   long steps = 500;              // inner steps per island
   int batch = 8;                 // windows per island per step (B); T is model.seq_len
   int H = 50;                    // inner steps between two syncs of a fragment
-  int eval_batches = 8;          // evaluation batches of `batch` windows
+  int eval_windows = 512;        // held-out windows of seq_len + 1 bytes per evaluation, one in
+                                 // each equal stretch of the split (Corpus::eval_window_starts)
   std::uint64_t seed = 1;        // model initialisation
   Budget budget = Budget::island_steps;
   double final_sync_s = 30.0;    // decoupled on actors: at the end every island sends the progress
@@ -208,7 +209,7 @@ struct MemoryNeed {
   long double parameters = 0;        // values of one model copy
   long double state_bytes = 0;       // parameters, gradients and AdamW moments of every island
   long double activation_bytes = 0;  // activation workspaces of train.batch windows
-  long double data_bytes = 0;        // evaluation batches, evaluation split, documents being made
+  long double data_bytes = 0;        // evaluation windows, evaluation split, documents being made
   long double total() const { return state_bytes + activation_bytes + data_bytes; }
 };
 MemoryNeed memory_need(const RunConfig& cfg);

@@ -60,8 +60,17 @@ public:
 
   /// Training batches for island `island` of `num_islands` (same inputs, same batches).
   std::unique_ptr<BatchSource> shard(int island, int num_islands) const;
-  /// The evaluation split cut into `count` batches of B windows of T+1 tokens (deterministic).
+  /// Where `count` evaluation windows of T+1 tokens start: the split's possible starts cut into
+  /// `count` equal stretches, one window in each at an offset drawn from data.seed (stratified
+  /// sampling). Deterministic; the windows reach from the head of the split to its end, so the
+  /// loss is not that of the head alone, and no period of the text (data.doc_len) aliases with
+  /// their spacing. Windows overlap when count exceeds the possible starts.
+  std::vector<std::size_t> eval_window_starts(int T, std::size_t count) const;
+  /// `count` batches of B evaluation windows (the count·B windows of eval_window_starts).
   std::vector<Batch> eval_batches(int B, int T, int count) const;
+  /// `count` evaluation windows, one per batch, so an evaluation can tell how the loss varies
+  /// from window to window (evaluate_with_error); what train.eval_windows asks for.
+  std::vector<Batch> eval_windows(int T, int count) const { return eval_batches(1, T, count); }
   const std::vector<std::uint8_t>& eval_tokens() const { return eval_; }
 
   /// Loss floor in nats/token of the evaluation stream, if the source is known (synthetic):

@@ -18,7 +18,8 @@ struct RoundReport {
   long round = 0;             // periods completed
   long step = 0;              // inner steps taken by each island
   double train_loss = 0.0;    // mean island training loss over the period
-  double eval_loss = 0.0;     // global parameters on the evaluation split
+  double eval_loss = 0.0;     // global parameters on train.eval_windows windows of the evaluation split
+  double eval_std_error = 0.0;  // standard error of eval_loss (window to window)
   std::uint64_t tokens = 0;   // training tokens over all islands so far
   double bytes = 0.0;         // bytes that would have crossed the network so far
   double seconds = 0.0;       // wall time so far
@@ -28,6 +29,7 @@ struct RunSummary {
   std::vector<RoundReport> reports;
   std::vector<float> params;               // final global parameters
   double final_eval_loss = 0.0;
+  double final_eval_std_error = 0.0;       // standard error of final_eval_loss
   std::uint64_t tokens = 0;
   double bytes = 0.0;
   double seconds = 0.0;

@@ -53,7 +53,22 @@ public:
 /// Builds the model described by `cfg` (validated first; see config.hpp).
 std::unique_ptr<Model> make_model(const ModelConfig& cfg);
 
-/// Mean loss of `params` over evaluation batches (what every eval-loss figure reports).
+/// An eval loss and how far it may be from the loss over the whole held-out split: without the
+/// standard error, a difference between two runs cannot be told from which windows were read.
+struct EvalResult {
+  double loss = 0.0;       // mean of the batch losses, nats/token
+  double std_error = 0.0;  // of that mean: sample standard deviation of the batch losses / sqrt(batches);
+                           // 0 with fewer than two batches
+  std::size_t batches = 0; // batches measured (windows, when each batch is one window)
+};
+
+/// The mean of per-batch `losses` and its standard error (sample standard deviation with n − 1,
+/// over sqrt(n)); the mean of nothing is NaN.
+EvalResult mean_and_std_error(std::span<const double> losses);
+/// Mean loss of `params` over evaluation batches (what every eval-loss figure reports) and its
+/// standard error; all batches hold the same number of targets.
+EvalResult evaluate_with_error(Model& model, std::span<const float> params, const std::vector<Batch>& eval);
+/// The mean loss alone: evaluate_with_error(...).loss.
 double evaluate(Model& model, std::span<const float> params, const std::vector<Batch>& eval);
 
 }  // namespace diloco
