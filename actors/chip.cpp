@@ -22,7 +22,7 @@ caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> 
   detail::guard(self, "chip " + std::to_string(island) + "." + std::to_string(chip));
   auto model = std::shared_ptr<Model>(make_model(rt->cfg.model));
   // Under repair (a chaos kill): take our place in the directory once the repair is over.
-  const double repaired = rt->chip_repair[static_cast<std::size_t>(island)][static_cast<std::size_t>(chip)].load();
+  const double repaired = rt->windows.chip_back(island, chip);
   if (const double now = detail::now_s(self); now < repaired)
     self->delayed_send(self, detail::micros(repaired - now), repaired_atom::value);
   ++rt->counters.live_chips;

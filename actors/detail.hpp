@@ -64,11 +64,8 @@ inline void guard(caf::event_based_actor* self, std::string who) {
 /// Returns the delay it was given.
 template <class Atom>
 double send_over_link(caf::event_based_actor* self, Runtime& rt, int island, bool up, const caf::actor& dest, Atom atom,
-                    WireFrame w) {
-  const double delay = rt.link_delay(island, up, w.bytes.size(), now_s(self));
-  if (delay > 0.0) self->delayed_send(dest, micros(delay), atom, std::move(w));
-  else self->send(dest, atom, std::move(w));
-  return delay;
+                      WireFrame w) {
+  return actors::send_over_link(self, rt.links, rt.t0.load(), island, up, dest, atom, std::move(w));
 }
 
 }  // namespace diloco::actors::detail

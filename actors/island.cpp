@@ -70,33 +70,6 @@ void island_try_join(caf::event_based_actor* self, Runtime& rt, IslandState& st,
   detail::send_over_link(self, rt, i, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
 }
 
-void island_fire_faults(caf::event_based_actor* self, Runtime& rt, int i, long step) {
-  for (std::size_t k = 0; k < rt.cfg.faults.size(); ++k) {
-    const auto& f = rt.cfg.faults[k];
-    if (f.at_step < 1 || f.island != i || f.at_step != step || rt.fault_fired[k].exchange(true)) continue;
-    const std::string why = fmt::format("injected fault: {} {}{} at island {} step {}", f.kill == FaultKind::straggle ? "slow" : "kill",
-                                        f.kill == FaultKind::straggle ? std::string_view("island") : name_of(f.kill),
-                                        f.kill == FaultKind::chip ? fmt::format(" {}", f.chip) : std::string(), i, step);
-    rt.emit(Event::fault_fired(detail::now_s(self), f.kill, i, f.kill == FaultKind::chip ? f.chip : -1, step, why));
-    spdlog::warn("{}", why);
-    const double back = detail::now_s(self) + f.duration_s;  // repair time (0: at once)
-    auto reason = caf::make_error(caf::sec::runtime_error, why);
-    if (f.kill == FaultKind::straggle) {
-      rt.straggle_factor[static_cast<std::size_t>(i)] = f.factor;
-      rt.straggle_until[static_cast<std::size_t>(i)] = back;
-    } else if (f.kill == FaultKind::chip) {
-      rt.chip_repair[static_cast<std::size_t>(i)][static_cast<std::size_t>(f.chip)] = back;
-      exit_signal(rt.dir.chip(i, f.chip), reason);
-    } else if (f.kill == FaultKind::syncer) {
-      rt.syncer_repair = back;
-      exit_signal(rt.dir.syncer(), reason);
-    } else {
-      rt.island_repair[static_cast<std::size_t>(i)] = back;
-      self->quit(reason);
-    }
-  }
-}
-
 void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i);
 
 /// The island's state holds NaN or infinity (IslandCore::health, or a ddp gradient that cannot
@@ -188,7 +161,7 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
       for (int p : send_fragments ? st.core->due() : std::vector<int>{})
         if (!island_send_fragment(self, rt, st, i, p)) return;
     }
-    island_fire_faults(self, rt, i, step);
+    fire_step_faults(self, rt, i, step);
     if (!st.syncer && st.joined) island_try_join(self, rt, st, i);
   }
   if (rt.budget_spent(step)) return island_wind_down(self, rt, st, i);
@@ -359,7 +332,7 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
     if (st.waiting.erase(chip) && st.waiting.empty() && st.stepping) island_finish_step(self, *rt, st, i);
   });
   // Under repair (a chaos kill): ask to join only once the repair is over.
-  if (const double now = detail::now_s(self), back = rt->island_repair[static_cast<std::size_t>(i)].load(); now < back)
+  if (const double now = detail::now_s(self), back = rt->windows.island_back(i); now < back)
     self->delayed_send(self, detail::micros(back - now), join_atom::value);
   else self->send(self, join_atom::value);
   return {

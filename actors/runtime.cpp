@@ -9,7 +9,6 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 
-#include "diloco/actors/chaos.hpp"
 #include "diloco/actors/chip.hpp"
 #include "diloco/actors/island.hpp"
 #include "diloco/actors/syncer.hpp"
@@ -128,102 +127,31 @@ Runtime::Runtime(RunConfig c, std::function<void(const Event&)> on_event)
                               cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::ddp ? 1 : cfg.fragments.count)),
       initial(layout_model->layout().size()), dir(cfg.train.islands, cfg.islands.max_chips()),
       island_steps(static_cast<std::size_t>(cfg.train.islands)),
-      incarnations(static_cast<std::size_t>(cfg.train.islands)), fault_fired(cfg.faults.size()),
+      incarnations(static_cast<std::size_t>(cfg.train.islands)),
       island_done(static_cast<std::size_t>(cfg.train.islands)), island_live(static_cast<std::size_t>(cfg.train.islands)),
       island_finished(static_cast<std::size_t>(cfg.train.islands)),
-      schedule(make_schedule(cfg)), island_repair(static_cast<std::size_t>(cfg.train.islands)),
-      chip_repair(static_cast<std::size_t>(cfg.train.islands)),
-      straggle_until(static_cast<std::size_t>(cfg.train.islands)),
-      straggle_factor(static_cast<std::size_t>(cfg.train.islands)), on_event_(std::move(on_event)) {
+      schedule(make_schedule(cfg)), windows(cfg.train.islands, cfg.islands.max_chips(), cfg.faults.size()),
+      links(cfg, schedule), on_event_(std::move(on_event)) {
   layout_model->init(initial, cfg.train.seed);
   global = initial;
   for (auto& s : island_steps) s = 0;
   for (auto& n : incarnations) n = 0;
-  for (auto& f : fault_fired) f = false;
   for (auto& d : island_done) d = false;
   for (auto& l : island_live) l = 0;
   for (auto& f : island_finished) f = false;
-  for (auto& r : island_repair) r = 0.0;
-  for (auto& v : chip_repair) {
-    v = std::vector<std::atomic<double>>(static_cast<std::size_t>(cfg.islands.max_chips()));
-    for (auto& r : v) r = 0.0;
-  }
-  for (auto& u : straggle_until) u = 0.0;
-  for (auto& f : straggle_factor) f = 1.0;
   goodput = std::make_unique<GoodputMeter>(cfg.train.islands, cfg.islands.chips, plan.count(),
                                            ddp() || synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
                                            cfg.chaos.downtime_gap_s, 0.0);
   goodput->set_total_chips(cfg.islands.total_chips(cfg.train.islands));
-  // Links per site: emulated WAN when enabled; an ideal link (no delay) that only honours the
-  // scheduled partitions otherwise.
-  const int S = site_count(cfg);
-  std::vector<std::vector<Partition>> cuts(static_cast<std::size_t>(S));
-  for (const auto& e : schedule)
-    if (e.kind == ChaosEvent::partition && e.site >= 0 && e.site < S)
-      cuts[static_cast<std::size_t>(e.site)].push_back({e.at_s, e.at_s + e.duration_s});
-  bool any_cut = false;
-  for (auto& v : cuts) {
-    // Overlapping cuts (a [[faults]] partition inside a chaos one) become one.
-    std::sort(v.begin(), v.end(), [](const Partition& a, const Partition& b) { return a.start_s < b.start_s; });
-    std::vector<Partition> merged;
-    for (const auto& p : v) {
-      if (!merged.empty() && p.start_s <= merged.back().end_s) merged.back().end_s = std::max(merged.back().end_s, p.end_s);
-      else merged.push_back(p);
-    }
-    v = std::move(merged);
-    any_cut = any_cut || !v.empty();
-  }
-  if (cfg.wan.enabled || any_cut)
-    for (int s = 0; s < S; ++s) {
-      auto up = link_config(cfg, s, true), down = link_config(cfg, s, false);
-      if (!cfg.wan.enabled) {
-        for (auto* l : {&up, &down}) l->bandwidth_Bps = 1e18, l->latency_s = 0.0, l->jitter_s = 0.0, l->loss = 0.0;
-      }
-      up.partitions = down.partitions = cuts[static_cast<std::size_t>(s)];
-      links.push_back(std::make_unique<Links>(std::move(up), std::move(down)));
-    }
 }
 
 double Runtime::speed(int island, double now) const {
-  double v = cfg.islands.speed_of(island);
-  const auto i = static_cast<std::size_t>(island);
-  if (i < straggle_until.size() && now < straggle_until[i].load()) v *= straggle_factor[i].load();
-  return v;
+  return cfg.islands.speed_of(island) * windows.slowdown(island, now);
 }
 
 GoodputMeter::Report Runtime::goodput_report(double now) {
   std::lock_guard lk(goodput_mu);
   return goodput->report(now - t0.load());
-}
-
-double Runtime::link_delay(int island, bool up, std::size_t bytes, double now) {
-  const int site = site_of(cfg, island);
-  if (links.empty() || site < 0 || static_cast<std::size_t>(site) >= links.size()) return 0.0;
-  auto& l = *links[static_cast<std::size_t>(site)];
-  const double t = now - t0.load();
-  std::lock_guard lk(l.mu);
-  return (up ? l.up : l.down).send(bytes, t).delivered_at - t;
-}
-
-Runtime::LinkTotals Runtime::link_totals() {
-  LinkTotals t;
-  for (auto& l : links) {
-    std::lock_guard lk(l->mu);
-    t.bytes += l->up.bytes_carried() + l->down.bytes_carried();
-    t.retransmissions += l->up.retransmissions() + l->down.retransmissions();
-  }
-  return t;
-}
-
-std::vector<Runtime::LinkReport> Runtime::link_report() {
-  std::vector<LinkReport> out;
-  for (std::size_t s = 0; s < links.size(); ++s) {
-    auto& l = *links[s];
-    std::lock_guard lk(l.mu);
-    out.push_back({site_name(cfg, static_cast<int>(s)), l.up.bytes_carried(), l.down.bytes_carried(),
-                   l.up.peak_utilisation(1.0), l.down.peak_utilisation(1.0), l.up.config().bandwidth_Bps});
-  }
-  return out;
 }
 
 void Runtime::emit(const Event& e) {
@@ -244,13 +172,13 @@ std::optional<std::string> Runtime::stopped() const {
 caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink, SpawnSet what) {
   const auto& c = rt->cfg;
   rt->t0 = detail::now_s(sys.clock());
-  // A unit under repair (chaos.hpp) is started by its supervisor but registers itself only when
+  // A unit under repair (faults.hpp) is started by its supervisor but registers itself only when
   // the repair is over; until then the others find its dead predecessor and carry on without it.
   std::vector<Child> root_children;
   if (what.syncer)
     root_children.push_back(Child{ChildSpec{"syncer", Restart::permanent, 1.0}, [rt](caf::event_based_actor* sup) {
                                     auto a = spawn_syncer(sup, rt);
-                                    if (detail::now_s(sup) >= rt->syncer_repair.load()) rt->dir.set_syncer(a);
+                                    if (detail::now_s(sup) >= rt->windows.syncer_back()) rt->dir.set_syncer(a);
                                     return a;
                                   }});
   for (int i = 0; i < c.train.islands; ++i) {
@@ -265,7 +193,7 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
       kids.push_back(Child{ChildSpec{"chip-" + std::to_string(ch), Restart::permanent, 1.0},
                            [rt, i, ch](caf::event_based_actor* sup) {
                              auto a = spawn_chip(sup, rt, i, ch);
-                             if (detail::now_s(sup) >= rt->chip_repair[static_cast<std::size_t>(i)][static_cast<std::size_t>(ch)].load())
+                             if (detail::now_s(sup) >= rt->windows.chip_back(i, ch))
                                rt->dir.set_chip(i, ch, a);
                              return a;
                            }});
@@ -276,7 +204,7 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
   }
   auto root = spawn_supervisor(sys, "root", flags_of(c.supervision, Strategy::one_for_one), std::move(root_children),
                                std::move(sink));
-  if (!rt->schedule.empty()) spawn_chaos(sys, rt, std::move(what), root);
+  if (!rt->schedule.empty()) spawn_fault_driver(sys, rt, std::move(what), root);
   return root;
 }
 

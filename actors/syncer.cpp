@@ -208,7 +208,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   st.core = std::make_unique<SyncerCore>(rt->plan, rt->initial, s);
   // Under repair (a chaos kill): take our place in the directory once it is over; until then
   // islands find the dead predecessor and keep training on their own.
-  if (const double now = detail::now_s(self), back = rt->syncer_repair.load(); now < back)
+  if (const double now = detail::now_s(self), back = rt->windows.syncer_back(); now < back)
     self->delayed_send(self, detail::micros(back - now), repaired_atom::value);
   if (rt->ddp()) {
     // The parameter server's state lives on across restarts in this process; the gradients of

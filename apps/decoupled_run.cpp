@@ -325,7 +325,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
     }
     // Per site link: bytes each way and the busiest second (peak bandwidth in use).
     auto links = Json::array();
-    for (const auto& l : rt->link_report())
+    for (const auto& l : rt->links.report())
       links.push_back(Json{{"site", l.site},
                            {"up_bytes", l.up_bytes},
                            {"down_bytes", l.down_bytes},
@@ -353,11 +353,11 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
           << "\n";
   }
   if (!rt->links.empty()) {
-    const auto links = rt->link_totals();
+    const auto links = rt->links.totals();
     std::printf("links (emulated%s): %.2f MB carried incl. progress reports, %llu retransmissions\n",
                 cfg.wan.enabled ? "" : ", ideal but for partitions", links.bytes / 1e6,
                 static_cast<unsigned long long>(links.retransmissions));
-    for (const auto& l : rt->link_report())
+    for (const auto& l : rt->links.report())
       std::printf("  %-12s %8.1f Mbit/s  up %10.3f MB (peak %5.1f%%)  down %10.3f MB (peak %5.1f%%)\n", l.site.c_str(),
                   l.bandwidth_Bps * 8e-6, l.up_bytes / 1e6, 100.0 * l.up_peak, l.down_bytes / 1e6, 100.0 * l.down_peak);
   }

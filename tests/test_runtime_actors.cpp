@@ -418,7 +418,7 @@ BOOST_AUTO_TEST_CASE(frames_cross_emulated_wan_links_and_rounds_still_commit) {
   check_commits(w);
   BOOST_TEST(w.rt->global_round > 0u);
   // Every frame went through a link (progress reports too, and resent losses count again).
-  const auto links = w.rt->link_totals();
+  const auto links = w.rt->links.totals();
   BOOST_TEST(links.bytes > w.rt->counters.bytes_sent.load());
   // The first merge waited at least for a fragment to cross (latency) and come back.
   BOOST_TEST(commits.front().at >= 0.04);

@@ -15,6 +15,8 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include "diloco/actors/faults.hpp"
+#include "diloco/actors/link.hpp"
 #include "diloco/actors/protocol.hpp"
 #include "diloco/actors/supervisor.hpp"
 #include "diloco/chaos.hpp"
@@ -76,7 +78,6 @@ struct Runtime {
   RuntimeCounters counters;
   std::vector<std::atomic<long>> island_steps;   // last finished step per island (restarts resume)
   std::vector<std::atomic<int>> incarnations;    // starts per island
-  std::vector<std::atomic<bool>> fault_fired;    // per cfg.faults entry
   std::atomic<int> syncer_starts{0};
   /// The end of the run. An island is done when it trained its budget and, with the final sync
   /// (decoupled), its last contributions were merged.
@@ -103,18 +104,12 @@ struct Runtime {
   /// link partitions and goodput are relative to it.
   std::atomic<double> t0{0.0};
 
-  /// Repair: a killed unit restarts at once (its supervisor's business) but stays out of the
-  /// run until this actor-clock time: a chip is not registered, an island does not join, the
-  /// syncer does not take its place in the directory.
-  std::vector<std::atomic<double>> island_repair;           // per island
-  std::vector<std::vector<std::atomic<double>>> chip_repair; // [island][chip]
-  std::atomic<double> syncer_repair{0.0};
-  /// Stragglers: an island's chips run at `straggle_factor` until `straggle_until`.
-  std::vector<std::atomic<double>> straggle_until, straggle_factor;
+  /// The windows injected faults leave (repair, slow-downs) and which [[faults]] fired (faults.hpp).
+  FaultWindows windows;
   /// The speed of island `island`'s chips at actor time `now`: islands.speed × any straggling.
   double speed(int island, double now) const;
 
-  /// Goodput and global downtime (chaos.hpp), fed by the actors; times relative to t0.
+  /// Goodput and global downtime (goodput.hpp), fed by the actors; times relative to t0.
   std::mutex goodput_mu;
   std::unique_ptr<GoodputMeter> goodput;
   template <class F>
@@ -124,33 +119,8 @@ struct Runtime {
   }
   GoodputMeter::Report goodput_report(double now);
 
-  /// Emulated WAN links per site when wan.enabled or a partition is scheduled: up = site →
-  /// syncer, down = syncer → site; every island of a site shares its site's links.
-  struct Links {
-    std::mutex mu;
-    WanLink up, down;
-    Links(LinkConfig u, LinkConfig d) : up(std::move(u)), down(std::move(d)) {}
-  };
-  std::vector<std::unique_ptr<Links>> links;
-  /// Seconds from `now` until a frame of `bytes` between island `island` and the syncer arrives
-  /// (0 without links): its site's link queues it behind earlier frames, adds latency, resends
-  /// losses, holds it through partitions.
-  double link_delay(int island, bool up, std::size_t bytes, double now);
-  /// What all WAN links carried: bytes (retransmissions included) and retransmissions.
-  struct LinkTotals {
-    std::uint64_t bytes = 0;
-    std::uint64_t retransmissions = 0;
-  };
-  LinkTotals link_totals();
-  /// Per site: bytes each way (retransmissions included) and the busiest second's share of the
-  /// link's bandwidth (peak use).
-  struct LinkReport {
-    std::string site;
-    std::uint64_t up_bytes = 0, down_bytes = 0;
-    double up_peak = 0.0, down_peak = 0.0;  // in [0, 1]
-    double bandwidth_Bps = 0.0;
-  };
-  std::vector<LinkReport> link_report();
+  /// Each site's emulated WAN links (the "link" step of a fragment's life: link.hpp).
+  SiteLinks links;
 
   /// The syncer's last snapshot in memory (also written to cfg.syncer.checkpoint when set).
   std::mutex snap_mu;
