@@ -1,6 +1,8 @@
 // `diloco run` in decoupled mode: spawns the supervision tree of chips, islands and the syncer
 // (diloco::actors), prints one line per global round and a summary with the fault timeline.
 #include "decoupled_run.hpp"
+#include "report.hpp"
+#include "watch.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -25,7 +27,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Json = nlohmann::ordered_json;  // metrics lines keep their keys in this order
 
 /// What the progress lines need from the event stream (filled on actor threads).
 struct Tally {
@@ -75,11 +76,8 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                   const std::vector<float>& initial, const std::string& save) {
   using namespace diloco;
   using namespace diloco::actors;
-  std::ofstream jsonl;
-  if (!metrics.empty()) {
-    jsonl.open(metrics);
-    if (!jsonl) throw std::runtime_error("--metrics: cannot open '" + metrics + "' for writing");
-  }
+  JsonLines jsonl;
+  if (!metrics.empty()) jsonl.open(metrics);
   auto tally = std::make_shared<Tally>();
   auto rt = std::make_shared<Runtime>(cfg, [tally, islands = cfg.islands](const Event& e) {
     std::lock_guard lk(tally->mu);
@@ -218,8 +216,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                 rt->counters.live_chips.load(), rt->synchronous() ? cfg.train.islands : cfg.quorum.min_islands, rt->counters.bytes_sent.load() / 1e6,
                 100.0 * goodput);
     std::fflush(stdout);
-    if (jsonl)  // (non-finite numbers become null)
-      jsonl << Json{{"round", round},
+    jsonl.write(Json{{"round", round},
                     {"train_loss", train},
                     {"eval_loss", last_eval},
                     {"tokens", tokens},
@@ -229,15 +226,19 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                     {"provisioned_chip_s", gp.provisioned_chip_s},
                     {"downtime_s", gp.global_downtime_s},
                     {"live_islands", rt->counters.live_islands.load()},
-                    {"seconds", secs}}
-                   .dump()
-            << "\n";
+                    {"seconds", secs}});
   };
   // The main thread only watches: it evaluates the global parameters when a global round lands.
-  auto done = [&] { return rt->all_done(); };
-  Clock::time_point finished{}, trained{};
   double finished_at = 0.0;
-  for (;;) {
+  WatchRules rules;
+  rules.done = [&] { return rt->all_done(); };
+  rules.trained = [&] { return rt->trained(); };
+  if (rt->final_sync()) rules.final_sync_s = cfg.train.final_sync_s;
+  rules.linger_s = 0.3;  // the syncer merges the last contributions in flight
+  rules.failed = [&] { return tree_failed->load(); };
+  rules.stopped = [&] { return rt->stopped(); };
+  rules.on_end = [&] { finished_at = actor_now(); };  // chips are provisioned until the last island is done
+  const auto end = watch(rules, [&] {
     std::deque<std::pair<std::uint64_t, std::vector<float>>> rounds;
     {
       std::lock_guard lk(rt->global_mu);
@@ -247,11 +248,12 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
       report(round, global);
       printed = round;
     }
-    if (tree_failed->load()) {
+  });
+  switch (end.how) {
+    case WatchEnd::How::tree_failed:
       spdlog::error("the supervision tree stopped: {}", tree_reason->empty() ? "normal" : *tree_reason);
       return 1;
-    }
-    if (auto why = rt->stopped()) {
+    case WatchEnd::How::stopped: {
       // A diverged island or syncer, or an unusable syncer state file: nothing to wait for.
       caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
       std::printf("timeline (%zu events):\n", tally->timeline.size());
@@ -260,31 +262,18 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
         for (const auto& l : tally->timeline) std::printf("  %s\n", l.c_str());
       }
       std::fflush(stdout);
-      spdlog::error("run stopped: {}", *why);
+      spdlog::error("run stopped: {}", end.why);
       return 1;
     }
-    if (!done() && rt->final_sync() && rt->trained()) {
-      // The final sync: the islands' last contributions are on their way to a merge.
-      if (trained == Clock::time_point{}) trained = Clock::now();
-      if (Clock::now() - trained > std::chrono::duration<double>(cfg.train.final_sync_s)) {
-        int waiting = 0;
-        for (const auto& d : rt->island_done) waiting += d.load() ? 0 : 1;
-        spdlog::warn("final sync: the last contributions of {} island(s) not merged after {} s (train.final_sync_s); "
-                     "ending without them",
-                     waiting, cfg.train.final_sync_s);
-        finished_at = actor_now();
-        break;
-      }
+    case WatchEnd::How::final_sync_expired: {
+      int waiting = 0;
+      for (const auto& d : rt->island_done) waiting += d.load() ? 0 : 1;
+      spdlog::warn("final sync: the last contributions of {} island(s) not merged after {} s (train.final_sync_s); "
+                   "ending without them",
+                   waiting, cfg.train.final_sync_s);
+      break;
     }
-    if (done()) {
-      if (finished == Clock::time_point{}) {
-        finished = Clock::now();
-        finished_at = actor_now();  // chips are provisioned until the last island is done
-      }
-      // Give the syncer a moment to merge the last contributions in flight.
-      if (Clock::now() - finished > std::chrono::milliseconds(300)) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    case WatchEnd::How::done: break;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   // Provisioned until the last island finished; merges of the last contributions (the moments
@@ -321,7 +310,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   if (jsonl) {
     {
       std::lock_guard lk(tally->mu);
-      for (const auto& [t, what] : tally->faults) jsonl << Json{{"fault", what}, {"seconds", t}}.dump() << "\n";
+      for (const auto& [t, what] : tally->faults) jsonl.write(Json{{"fault", what}, {"seconds", t}});
     }
     // Per site link: bytes each way and the busiest second (peak bandwidth in use).
     auto links = Json::array();
@@ -332,7 +321,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                            {"up_peak_mbps", l.up_peak * l.bandwidth_Bps * 8e-6},
                            {"down_peak_mbps", l.down_peak * l.bandwidth_Bps * 8e-6},
                            {"bandwidth_mbps", l.bandwidth_Bps * 8e-6}});
-    jsonl << Json{{"summary", true},
+    jsonl.write(Json{{"summary", true},
                   {"mode", name_of(cfg.train.mode)},
                   {"final_eval_loss", final_eval},
                   {"final_eval_std_error", final_measured.std_error},
@@ -348,9 +337,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                   {"rounds", printed},
                   {"commits", rt->counters.commits.load()},
                   {"dropped_stale", rt->counters.dropped_stale.load()},
-                  {"links", std::move(links)}}
-                 .dump()
-          << "\n";
+                  {"links", std::move(links)}});
   }
   if (!rt->links.empty()) {
     const auto links = rt->links.totals();

@@ -2,6 +2,8 @@
 // The syncer process publishes its gateway and prints how to join; a site process connects,
 // proves its identity, and runs its islands under their supervisors (actors/remote.hpp).
 #include "site_run.hpp"
+#include "report.hpp"
+#include "watch.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -30,21 +32,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-/// Timestamped lines on stdout from any thread (the process's timeline).
-class Timeline {
-public:
-  void line(const std::string& s) {
-    std::lock_guard lk(mu_);
-    std::printf("%8.2fs  %s\n", since(), s.c_str());
-    std::fflush(stdout);
-  }
-  double since() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-
-private:
-  std::mutex mu_;
-  Clock::time_point start_ = Clock::now();
-};
 
 std::string list(const std::vector<int>& v) {
   std::string s;
@@ -92,11 +79,8 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   }
   if (cfg.syncer.snapshot_every <= 0)
     spdlog::warn("syncer.snapshot_every = 0: no snapshots, a restarted syncer starts from the initial parameters");
-  std::ofstream jsonl;
-  if (!f.metrics.empty()) {
-    jsonl.open(f.metrics, std::ios::app);  // a restarted syncer appends
-    if (!jsonl) throw std::runtime_error("--metrics: cannot open '" + f.metrics + "'");
-  }
+  JsonLines jsonl;
+  if (!f.metrics.empty()) jsonl.open(f.metrics, true);  // a restarted syncer appends
   auto tl = std::make_shared<Timeline>();
   struct Commit {
     std::uint64_t round;
@@ -189,24 +173,29 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                 addr.c_str(), f.insecure ? " --insecure" : (" --certs " + certs).c_str(),
                 list(islands_of_site(cfg, s)).c_str());
   std::fflush(stdout);
-  if (jsonl) jsonl << "{\"event\":\"start\",\"port\":" << port << ",\"initial_eval_loss\":" << initial_eval << "}\n";
+  jsonl.write(Json{{"event", "start"}, {"port", port}, {"initial_eval_loss", initial_eval}});
 
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
   // With the final sync the run is over when every island said it finished (its last
   // contributions are in and commit at once); the syncer waits for that at most
   // train.final_sync_s after the last island's last step.
-  auto all_done = [&] {
+  std::uint64_t last_round = 0;
+  double last_eval = initial_eval;
+  const auto start = Clock::now();
+  WatchRules rules;
+  rules.done = [&] {
     if (!rt->final_sync()) return rt->trained();
     for (const auto& f : rt->island_finished)
       if (!f.load()) return false;
     return true;
   };
-  std::uint64_t last_round = 0;
-  double last_eval = initial_eval;
-  Clock::time_point finished{}, trained_at{};
-  const auto start = Clock::now();
-  for (;;) {
+  rules.trained = [&] { return rt->trained(); };
+  rules.final_sync_s = cfg.train.final_sync_s;
+  rules.linger_s = 0.5;
+  rules.failed = [&] { return tree_failed->load(); };
+  rules.stopped = [&] { return rt->stopped(); };
+  const auto end = watch(rules, [&] {
     std::deque<Commit> cs;
     {
       std::lock_guard lk(*mu);
@@ -215,9 +204,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
     for (const auto& c : cs) {
       std::printf("%8.2fs  commit round %llu fragment %d: islands %s\n", c.t, static_cast<unsigned long long>(c.round),
                   c.fragment, list(c.islands).c_str());
-      if (jsonl)
-        jsonl << "{\"event\":\"commit\",\"round\":" << c.round << ",\"fragment\":" << c.fragment << ",\"islands\":["
-              << list(c.islands) << "],\"t\":" << c.t << "}\n";
+      jsonl.write(Json{{"event", "commit"}, {"round", c.round}, {"fragment", c.fragment}, {"islands", c.islands}, {"t", c.t}});
     }
     std::deque<std::pair<std::uint64_t, std::vector<float>>> rounds;
     {
@@ -228,30 +215,22 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
       last_eval = evaluate(*model, global, eval);
       last_round = round;
       std::printf("%8.2fs  round %llu eval loss %.4f\n", tl->since(), static_cast<unsigned long long>(round), last_eval);
-      if (jsonl) jsonl << "{\"event\":\"round\",\"round\":" << round << ",\"eval_loss\":" << last_eval << ",\"t\":" << tl->since() << "}\n";
+      jsonl.write(Json{{"event", "round"}, {"round", round}, {"eval_loss", last_eval}, {"t", tl->since()}});
     }
     std::fflush(stdout);
-    if (tree_failed->load()) {
-      spdlog::error("the syncer's supervision tree stopped");
-      return 1;
-    }
-    if (auto why = rt->stopped()) {
-      spdlog::error("run stopped: {}", *why);
+  });
+  switch (end.how) {
+    case WatchEnd::How::tree_failed: spdlog::error("the syncer's supervision tree stopped"); return 1;
+    case WatchEnd::How::stopped:
+      spdlog::error("run stopped: {}", end.why);
       caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
       return 1;
-    }
-    if (finished == Clock::time_point{} && rt->trained()) {
-      if (trained_at == Clock::time_point{}) trained_at = Clock::now();
-      if (!all_done() && Clock::now() - trained_at > std::chrono::duration<double>(cfg.train.final_sync_s)) {
-        spdlog::warn("final sync: not every island finished {} s after the last step (train.final_sync_s); ending",
-                     cfg.train.final_sync_s);
-        finished = Clock::now();
-      }
-    }
-    if (all_done() && finished == Clock::time_point{}) finished = Clock::now();
-    if (finished != Clock::time_point{} && Clock::now() - finished > std::chrono::milliseconds(500)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    case WatchEnd::How::final_sync_expired:
+      spdlog::warn("final sync: not every island finished {} s after the last step (train.final_sync_s); ending",
+                   cfg.train.final_sync_s);
+      break;
+    case WatchEnd::How::done: break;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::vector<float> final_params;
@@ -267,11 +246,14 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
               static_cast<unsigned long long>(rt->counters.commits.load()), rt->counters.bytes_sent.load() / 1e6,
               static_cast<unsigned long long>(rt->counters.rejected.load()));
   std::fflush(stdout);
-  if (jsonl)
-    jsonl << "{\"event\":\"done\",\"rounds\":" << last_round << ",\"final_eval_loss\":" << final_eval
-          << ",\"final_eval_std_error\":" << final_measured.std_error << ",\"initial_eval_loss\":" << initial_eval << ",\"seconds\":" << secs
-          << ",\"bytes_accounted\":" << rt->counters.bytes_sent.load() << ",\"rejected\":" << rt->counters.rejected.load()
-          << "}\n";
+  jsonl.write(Json{{"event", "done"},
+                   {"rounds", last_round},
+                   {"final_eval_loss", final_eval},
+                   {"final_eval_std_error", final_measured.std_error},
+                   {"initial_eval_loss", initial_eval},
+                   {"seconds", secs},
+                   {"bytes_accounted", rt->counters.bytes_sent.load()},
+                   {"rejected", rt->counters.rejected.load()}});
   caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   return 0;
@@ -378,32 +360,34 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   auto root = spawn_runtime(sys, rt, {}, only_mine);
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
-  Clock::time_point trained_at{};
-  while (rt->counters.islands_done.load() < static_cast<int>(mine.size())) {
-    if (tree_failed->load()) {
-      spdlog::error("site {}: the supervision tree stopped", f.site);
-      return 1;
-    }
-    if (auto why = rt->stopped()) {
+  // The final sync waits for the merges of the islands' last contributions, at most
+  // train.final_sync_s after their last steps.
+  WatchRules rules;
+  rules.done = [&] { return rt->counters.islands_done.load() >= static_cast<int>(mine.size()); };
+  rules.trained = [&] {
+    for (int i : mine)
+      if (!rt->budget_spent(rt->island_steps[static_cast<std::size_t>(i)].load())) return false;
+    return true;
+  };
+  rules.final_sync_s = cfg.train.final_sync_s;
+  rules.failed = [&] { return tree_failed->load(); };
+  rules.stopped = [&] { return rt->stopped(); };
+  const auto end = watch(rules, [] {});
+  switch (end.how) {
+    case WatchEnd::How::tree_failed: spdlog::error("site {}: the supervision tree stopped", f.site); return 1;
+    case WatchEnd::How::stopped:
       // A diverged island: training it further or restarting it would meet the same state.
-      std::printf("site %s: run stopped: %s\n", f.site.c_str(), why->c_str());
+      std::printf("site %s: run stopped: %s\n", f.site.c_str(), end.why.c_str());
       std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the island's report reaches the syncer
       caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
       return 1;
-    }
-    // The final sync waits for the merges of the islands' last contributions, at most
-    // train.final_sync_s after their last steps.
-    bool all_trained = true;
-    for (int i : mine) all_trained = all_trained && rt->budget_spent(rt->island_steps[static_cast<std::size_t>(i)].load());
-    if (all_trained && trained_at == Clock::time_point{}) trained_at = Clock::now();
-    if (all_trained && Clock::now() - trained_at > std::chrono::duration<double>(cfg.train.final_sync_s)) {
+    case WatchEnd::How::final_sync_expired:
       spdlog::warn("site {}: final sync: the last merges did not come back within {} s (train.final_sync_s); ending",
                    f.site, cfg.train.final_sync_s);
       break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    case WatchEnd::How::done: break;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last frames out and acknowledged

@@ -1,0 +1,42 @@
+// The one watch loop (watch.hpp).
+#include "watch.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "diloco/budget.hpp"
+
+WatchEnd watch(const WatchRules& rules, const std::function<void()>& tick) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto now = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  double trained_at = NAN, done_at = NAN;
+  WatchEnd end;
+  for (;;) {
+    tick();
+    if (rules.failed && rules.failed()) return {WatchEnd::How::tree_failed, {}};
+    if (rules.stopped)
+      if (auto why = rules.stopped()) return {WatchEnd::How::stopped, *why};
+    if (std::isnan(done_at)) {
+      if (rules.done()) {
+        done_at = now();
+        end.how = WatchEnd::How::done;
+        if (rules.on_end) rules.on_end();
+      } else if (rules.final_sync_s && rules.trained && rules.trained()) {
+        // The final sync: the islands' last contributions are on their way to a merge.
+        if (std::isnan(trained_at)) trained_at = now();
+        if (diloco::final_sync_expired(trained_at, now(), *rules.final_sync_s)) {
+          if (rules.on_end) rules.on_end();
+          tick();
+          return {WatchEnd::How::final_sync_expired, {}};
+        }
+      }
+    }
+    if (!std::isnan(done_at) && now() - done_at >= rules.linger_s) {
+      tick();
+      return end;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
