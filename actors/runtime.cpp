@@ -13,6 +13,7 @@
 #include "diloco/actors/island.hpp"
 #include "diloco/actors/syncer.hpp"
 #include "detail.hpp"
+#include "diloco/budget.hpp"
 
 namespace diloco::actors {
 
@@ -98,31 +99,26 @@ std::vector<ChaosEvent> make_schedule(const RunConfig& cfg) {
 
 }  // namespace
 
-bool Runtime::budget_spent(long step) const {
-  const auto& t = cfg.train;
-  if (t.budget != Budget::total_tokens) return step >= t.steps;
-  // The tokens of `steps` steps of every chip of every island, in whatever order.
-  return counters.tokens.load() >= static_cast<std::uint64_t>(t.steps) * static_cast<std::uint64_t>(t.batch) *
-                                       static_cast<std::uint64_t>(cfg.model.seq_len) *
-                                       static_cast<std::uint64_t>(cfg.islands.total_chips(t.islands));
-}
+// The end-of-run rule is libdiloco's (budget.hpp); these read the counters it needs.
+bool Runtime::budget_spent(long step) const { return diloco::budget_spent(budget, step, counters.tokens.load()); }
 
 bool Runtime::trained() const {
-  if (cfg.train.budget == Budget::total_tokens) return budget_spent(0);
-  for (const auto& s : island_steps)
-    if (!budget_spent(s.load())) return false;
-  return true;
+  std::vector<long> steps;
+  for (const auto& s : island_steps) steps.push_back(s.load());
+  return all_trained(budget, steps, counters.tokens.load());
 }
 
 bool Runtime::all_done() const {
-  const bool tokens_spent = cfg.train.budget == Budget::total_tokens && budget_spent(0);
-  for (std::size_t i = 0; i < island_done.size(); ++i)
-    if (!island_done[i].load() && !(tokens_spent && island_live[i].load() == 0)) return false;
-  return true;
+  std::vector<bool> done, up;
+  for (std::size_t i = 0; i < island_done.size(); ++i) {
+    done.push_back(island_done[i].load());
+    up.push_back(island_live[i].load() != 0);
+  }
+  return diloco::all_done(budget, done, up, counters.tokens.load());
 }
 
 Runtime::Runtime(RunConfig c, std::function<void(const Event&)> on_event)
-    : cfg(std::move(c)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
+    : cfg(std::move(c)), budget(RunBudget::of(cfg)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
                               cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::ddp ? 1 : cfg.fragments.count)),
       initial(layout_model->layout().size()), dir(cfg.train.islands, cfg.islands.max_chips()),

@@ -20,6 +20,7 @@
 #include "diloco/actors/protocol.hpp"
 #include "diloco/actors/supervisor.hpp"
 #include "diloco/chaos.hpp"
+#include "diloco/budget.hpp"
 #include "diloco/checkpoint.hpp"
 #include "diloco/config.hpp"
 #include "diloco/data.hpp"
@@ -70,6 +71,7 @@ struct Runtime {
   Runtime(RunConfig cfg, std::function<void(const Event&)> on_event = {});
 
   RunConfig cfg;
+  RunBudget budget;                     // what the run trains before it ends (train.budget)
   Corpus corpus;
   std::unique_ptr<Model> layout_model;  // owns the layout the plans refer to
   FragmentPlan plan;
