@@ -84,9 +84,11 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   if (!save.empty()) save_params(cfg, save, summary.params);
   if (jsonl)
     jsonl << "{\"summary\":true,\"mode\":\"" << diloco::name_of(cfg.train.mode) << "\",\"final_eval_loss\":"
-          << json_number(summary.final_eval_loss) << ",\"seconds\":" << json_number(summary.seconds)
+          << json_number(summary.final_eval_loss) << ",\"final_eval_std_error\":" << json_number(summary.final_eval_std_error)
+          << ",\"seconds\":" << json_number(summary.seconds)
           << ",\"tokens\":" << summary.tokens << ",\"bytes\":" << json_number(summary.bytes) << "}\n";
-  std::printf("done: %s, final eval loss %.4f nats/token", std::string(diloco::name_of(cfg.train.mode)).c_str(), summary.final_eval_loss);
+  std::printf("done: %s, final eval loss %.4f ± %.4f nats/token", std::string(diloco::name_of(cfg.train.mode)).c_str(),
+              summary.final_eval_loss, summary.final_eval_std_error);
   if (summary.entropy_floor)
     std::printf(" (entropy floor %.4f, unigram entropy %.4f; %.1f%% of the way from unigram to floor)",
                 *summary.entropy_floor, summary.unigram_entropy,
