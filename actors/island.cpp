@@ -1,4 +1,5 @@
-// The island actor: a thin shell over IslandCore (libdiloco/island.hpp).
+// The island actor: a thin shell over IslandCore (libdiloco/island_core.hpp). Its phases are
+// named behaviours: joining → training ⇄ stepping → winding_down → done (or diverged, halted).
 #include "diloco/actors/island.hpp"
 
 #include <chrono>
@@ -22,20 +23,20 @@ namespace {
 
 // ---- island: steps on whichever chips answer, never waits for other islands ----
 
+/// What an island knows; where it is in its life is the behaviour it runs (see the phases below).
 struct IslandState {
+  std::shared_ptr<Runtime> rt;
+  int island = 0;
   std::unique_ptr<IslandCore> core;
   std::unique_ptr<BatchSource> data;
-  bool joined = false;   // healed at least once (a later join only re-bases)
-  bool stepping = false; // a step is in flight
-  bool finished = false; // trained its budget (with the final sync: winding down)
-  bool left = false;     // told the current syncer it finished
+  bool left = false;     // winding down: told the current syncer it finished
   bool resend = false;   // finished, then re-joined a (restarted) syncer: send every fragment
   caf::actor syncer;
   bool join_inflight = false;                // a join request or retry is under way
   caf::actor_addr dead_syncer;               // the syncer we saw die (the directory may still hold it)
   std::map<int, caf::actor> waiting;         // chips asked in the current step
   std::vector<ChipResult> results;
-  std::map<caf::actor_addr, int> monitored;  // chip handles we monitor
+  std::map<caf::actor_addr, int> monitored;  // chip handles we monitor (-1: dead)
   std::vector<std::shared_ptr<const Batch>> batches;
   int incarnation = 0;
   double step_started = 0.0;     // actor time the step in flight began (goodput)
@@ -48,15 +49,28 @@ struct IslandState {
   std::vector<float> ddp_grad;
 };
 
-/// Seconds since the run started: the time base of the goodput meter.
-double run_time(caf::event_based_actor* self, Runtime& rt) { return detail::now_s(self) - rt.t0.load(); }
+using Self = caf::stateful_actor<IslandState>*;
 
-void island_try_join(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
+// The phases, each a behaviour that names the messages it takes (defined further down).
+caf::behavior joining(Self self);
+caf::behavior training(Self self);
+caf::behavior stepping(Self self);
+caf::behavior winding_down(Self self);
+caf::behavior done(Self self);
+caf::behavior diverged(Self self);
+
+/// Seconds since the run started: the time base of the goodput meter.
+double run_time(Self self) { return detail::now_s(self) - self->state.rt->t0.load(); }
+
+/// Asks the syncer in the directory to join (one request at a time). With none alive yet, an
+/// island that is training (`after_next_step`) asks again after its next step; any other on a timer.
+void ask_to_join(Self self, bool after_next_step) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
   if (st.join_inflight) return;
   auto s = rt.dir.syncer();
   if (!s || s.address() == st.dead_syncer) {
-    // No syncer yet: a training island asks again after its next step; an idle one on a timer.
-    if (st.joined && !st.finished) return;
+    if (after_next_step) return;
     st.join_inflight = true;
     self->delayed_send(self, detail::micros(0.01), join_atom::value);
     return;
@@ -66,40 +80,75 @@ void island_try_join(caf::event_based_actor* self, Runtime& rt, IslandState& st,
     st.syncer = s;
     self->monitor(s);
   }
-  JoinRequest jr{i, static_cast<std::uint64_t>(st.incarnation)};
-  detail::send_over_link(self, rt, i, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
+  JoinRequest jr{st.island, static_cast<std::uint64_t>(st.incarnation)};
+  detail::send_over_link(self, rt, st.island, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
 }
 
-void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i);
+/// The join_atom of a retry timer: the request it stood for is over; ask again.
+void retry_join(Self self, bool after_next_step) {
+  self->state.join_inflight = false;
+  ask_to_join(self, after_next_step);
+}
+
+/// The syncer we joined died (true): forget it and re-join its successor, keeping our state.
+bool syncer_lost(Self self, const caf::down_msg& m) {
+  auto& st = self->state;
+  if (!st.syncer || m.source != st.syncer.address()) return false;
+  st.dead_syncer = st.syncer.address();
+  st.join_inflight = false;
+  st.syncer = caf::actor{};
+  return true;
+}
+
+/// A chip we monitor died: it is known dead (its restart has a new handle). Returns whether the
+/// step in flight was waiting for it.
+bool chip_lost(Self self, const caf::down_msg& m) {
+  auto& st = self->state;
+  auto it = st.monitored.find(m.source);
+  if (it == st.monitored.end() || it->second < 0) return false;
+  const int chip = it->second;
+  it->second = -1;
+  return st.waiting.erase(chip) > 0;
+}
+
+/// Down messages outside a step: a dead syncer is re-joined (`after_next_step`: see
+/// ask_to_join), a dead chip is noted.
+void watch(Self self, bool after_next_step) {
+  self->set_down_handler([self, after_next_step](caf::down_msg& m) {
+    if (syncer_lost(self, m)) ask_to_join(self, after_next_step);
+    else chip_lost(self, m);
+  });
+}
 
 /// The island's state holds NaN or infinity (IslandCore::health, or a ddp gradient that cannot
 /// be framed): reports it with the fragment concerned (-1: none), stops the run, and takes no
 /// more steps. It stays alive, so that its supervisor does not restart it: a restarted island
 /// would heal from the same global state, train with the same settings and diverge again.
-void island_diverged(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, int fragment,
-                     const std::string& why) {
-  rt.emit(Event::diverged_state(detail::now_s(self), i, fragment, st.core->step(), why));
+void halt_diverged(Self self, int fragment, const std::string& why) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
+  rt.emit(Event::diverged_state(detail::now_s(self), st.island, fragment, st.core->step(), why));
   spdlog::error("{}", why);
   rt.stop(why);
   if (st.syncer) {  // a syncer in another process learns it here (in one process rt is shared)
     auto pm = st.core->progress();
     pm.diverged = true;
-    detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value, detail::to_wire(encode_message(pm)));
+    detail::send_over_link(self, rt, st.island, true, st.syncer, progress_atom::value,
+                           detail::to_wire(encode_message(pm)));
   }
-  self->set_down_handler([](caf::down_msg&) {});
-  // Every message of the island's protocol is taken and ignored (an unhandled one would send
-  // its sender an error that ends it).
-  self->become([](step_atom) {}, [](join_atom) {}, [](welcome_atom, const WireFrame&) {}, [](const ChipResult&) {},
-               [](global_atom, const WireFrame&) {});
+  self->become(diverged(self));
 }
 
 /// Sends fragment p's outer gradient to the syncer (the island has one). Returns false when the
-/// island diverged instead (island_diverged: it must do nothing more).
-bool island_send_fragment(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, int p) {
+/// island diverged instead (halt_diverged: it must do nothing more).
+bool send_fragment(Self self, int p) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
+  const int i = st.island;
   auto frame = st.core->outer_gradient_frame(p);
   if (!frame) {
     if (const auto& h = st.core->health(); !h) {
-      island_diverged(self, rt, st, i, p, h.error().reason);
+      halt_diverged(self, p, h.error().reason);
       return false;
     }
     spdlog::error("island {}: fragment {} not sent: {}", i, p, frame.error().message());
@@ -111,21 +160,28 @@ bool island_send_fragment(caf::event_based_actor* self, Runtime& rt, IslandState
   return true;
 }
 
-void island_mark_done(caf::event_based_actor* self, Runtime& rt, int i, long step) {
+void mark_done(Self self, long step) {
+  auto& rt = *self->state.rt;
+  const int i = self->state.island;
   if (rt.island_done[static_cast<std::size_t>(i)].exchange(true)) return;
   ++rt.counters.islands_done;
   rt.emit(Event::island_done(detail::now_s(self), i, step));
 }
 
-/// The budget is spent: the island takes no more steps. With the final sync it first sends
-/// every fragment's unsent progress (after the merge of one still in flight arrives, so as not
-/// to repeat it), tells the syncer it finished (rounds stop waiting for it), and is done once
-/// those last contributions were merged. Runs again on every broadcast and re-join until then.
-void island_wind_down(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
-  st.finished = true;
+/// The budget is spent: the island takes no more steps (winding_down). With the final sync it
+/// first sends every fragment's unsent progress (after the merge of one still in flight arrives,
+/// so as not to repeat it), tells the syncer it finished (rounds stop waiting for it), and is
+/// done once those last contributions were merged. Runs again on every broadcast and re-join.
+void wind_down(Self self) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
   const long step = st.core->step();
-  if (!rt.final_sync()) return island_mark_done(self, rt, i, step);
-  if (!st.syncer) return island_try_join(self, rt, st, i);  // goes on in welcome
+  self->become(winding_down(self));
+  if (!rt.final_sync()) {
+    mark_done(self, step);
+    return self->become(done(self));
+  }
+  if (!st.syncer) return ask_to_join(self, false);  // goes on in welcome
   st.core->settle();
   bool unsent = false, awaiting = false;
   for (int p = 0; p < rt.P(); ++p) {
@@ -133,23 +189,71 @@ void island_wind_down(caf::event_based_actor* self, Runtime& rt, IslandState& st
     // island sent: its δ against the new base carries all of it, so every fragment goes again.
     if (st.core->steps_since(p) == 0 && !st.resend) continue;
     if (st.core->awaiting(p)) unsent = true;
-    else if (!island_send_fragment(self, rt, st, i, p)) return;
+    else if (!send_fragment(self, p)) return;
   }
   if (!unsent) st.resend = false;
   for (int p = 0; p < rt.P(); ++p) awaiting = awaiting || st.core->awaiting(p);
   if (!unsent && !st.left) {
     auto pm = st.core->progress();
     pm.finished = true;
-    detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value, detail::to_wire(encode_message(pm)));
+    detail::send_over_link(self, rt, st.island, true, st.syncer, progress_atom::value,
+                           detail::to_wire(encode_message(pm)));
     st.left = true;
   }
-  if (!unsent && !awaiting) island_mark_done(self, rt, i, step);
+  if (!unsent && !awaiting) {
+    mark_done(self, step);
+    self->become(done(self));
+  }
 }
 
-/// After a step (`stepped`: one was taken; false: no chip answered): report it, account for
-/// it, send what is due, fire step faults, go on.
-void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, bool stepped, double loss,
-                       std::uint64_t tokens, int answered, bool send_fragments) {
+void finish_step(Self self);
+
+/// Training, between steps: starts the next step on the chips (stepping), or stays in training
+/// (synchronous modes wait for a broadcast; ddp waits for a missing chip), or winds down.
+void next_step(Self self) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
+  const int i = st.island;
+  if (rt.budget_spent(st.core->step())) return wind_down(self);  // e.g. restarted at the end
+  if (rt.synchronous() && st.core->must_wait()) return;          // resumed by the broadcast
+  const int C = rt.cfg.islands.chips_of(i);
+  if (rt.ddp()) {
+    // Synchronous data parallel needs every chip: with one down, everyone waits for it.
+    for (int c = 0; c < C; ++c) {
+      auto chip = rt.dir.chip(i, c);
+      auto it = chip ? st.monitored.find(chip.address()) : st.monitored.end();
+      if (!chip || (it != st.monitored.end() && it->second < 0)) {
+        self->delayed_send(self, detail::micros(0.01), step_atom::value);
+        return;
+      }
+    }
+  }
+  self->become(stepping(self));
+  st.step_started = run_time(self);
+  st.batches.resize(static_cast<std::size_t>(C));
+  for (int c = 0; c < C; ++c) {
+    auto b = std::make_shared<Batch>();
+    st.data->next(rt.cfg.train.batch, rt.cfg.model.seq_len, *b);
+    auto chip = rt.dir.chip(i, c);
+    if (!chip) continue;
+    if (!st.monitored.count(chip.address())) {
+      st.monitored[chip.address()] = c;
+      self->monitor(chip);
+    } else if (st.monitored[chip.address()] < 0) {
+      continue;  // known dead; its restart will have a new handle
+    }
+    st.waiting[c] = chip;
+    self->send(chip, compute_atom::value, ChipWork{st.core->step() + 1, st.core->shared_params(), std::move(b)});
+  }
+  if (st.waiting.empty()) finish_step(self);
+}
+
+/// After a step (`stepped`: one was taken; false: no chip answered), back in training: report it,
+/// account for it, send what is due, fire step faults, go on.
+void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int answered, bool send_fragments) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
+  const int i = st.island;
   const long step = st.core->step();
   if (stepped) {
     rt.counters.tokens += tokens;
@@ -159,29 +263,34 @@ void island_after_step(caf::event_based_actor* self, Runtime& rt, IslandState& s
       detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
       for (int p : send_fragments ? st.core->due() : std::vector<int>{})
-        if (!island_send_fragment(self, rt, st, i, p)) return;
+        if (!send_fragment(self, p)) return;
     }
     fire_step_faults(self, rt, i, step);
-    if (!st.syncer && st.joined) island_try_join(self, rt, st, i);
+    if (!st.syncer) ask_to_join(self, true);
   }
-  if (rt.budget_spent(step)) return island_wind_down(self, rt, st, i);
+  if (rt.budget_spent(step)) return wind_down(self);
   // No chip alive: try again shortly (restarted chips show up in the directory). Otherwise the
   // next step starts at once: a step_atom to itself would wait behind every chip's work in the
   // scheduler's queue, and the chips would idle meanwhile.
   if (!stepped) self->delayed_send(self, detail::micros(0.01), step_atom::value);
-  else island_start_step(self, rt, st, i);
+  else next_step(self);
 }
 
-void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
+/// Every chip asked in this step answered or died: combine their gradients and take the step
+/// (ddp: send the island's gradient to the server and go on stepping until its answer).
+void finish_step(Self self) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
+  const int i = st.island;
   std::vector<ChipGradient> g;
   for (const auto& r : st.results) g.push_back({*r.grads, r.tokens, r.loss});
   const int answered = static_cast<int>(st.results.size());
-  const double seconds = run_time(self, rt) - st.step_started;
+  const double seconds = run_time(self) - st.step_started;
   if (rt.ddp()) {
     if (answered < rt.cfg.islands.chips_of(i)) {
       // A chip died during the step: in synchronous data parallel the step is lost for all.
       st.results.clear();
-      st.stepping = false;
+      self->become(training(self));
       self->delayed_send(self, detail::micros(0.01), step_atom::value);
       return;
     }
@@ -191,13 +300,13 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
     st.results.clear();
     auto frame = gradient_frame(i, static_cast<std::uint64_t>(st.core->step()), st.ddp_tokens, st.ddp_grad);
     if (!frame && frame.error().code == errc::non_finite)  // doing the step again would give the same NaN
-      return island_diverged(self, rt, st, i, 0,
-                             "island " + std::to_string(i) + " diverged: its gradient of step " +
-                                 std::to_string(st.core->step() + 1) + " holds NaN or infinity (loss " +
-                                 std::to_string(st.ddp_loss) + ")");
+      return halt_diverged(self, 0,
+                           "island " + std::to_string(i) + " diverged: its gradient of step " +
+                               std::to_string(st.core->step() + 1) + " holds NaN or infinity (loss " +
+                               std::to_string(st.ddp_loss) + ")");
     if (!frame || !st.syncer) {
       // Nobody to send to (or nothing computed): the step is lost, do it again.
-      st.stepping = false;
+      self->become(training(self));
       self->delayed_send(self, detail::micros(0.01), step_atom::value);
       return;
     }
@@ -215,75 +324,206 @@ void island_finish_step(caf::event_based_actor* self, Runtime& rt, IslandState& 
   std::uint64_t tokens = 0;
   for (const auto& x : g) tokens += x.tokens;
   st.results.clear();
-  st.stepping = false;
-  if (const auto& h = st.core->health(); !h) return island_diverged(self, rt, st, i, -1, h.error().reason);
+  self->become(training(self));
+  if (const auto& h = st.core->health(); !h) return halt_diverged(self, -1, h.error().reason);
   const bool stepped = st.core->step() > before;  // false: no chip answered
   // The chips' time on this step runs until the island's AdamW step is taken.
-  const double step_s = run_time(self, rt) - st.step_started;
+  const double step_s = run_time(self) - st.step_started;
   if (stepped) rt.account([&](GoodputMeter& m) { m.step(i, answered, step_s); });
-  island_after_step(self, rt, st, i, stepped, loss, tokens, answered, true);
+  after_step(self, stepped, loss, tokens, answered, true);
 }
 
-/// ddp: the server's parameters of the next step arrived; the step in flight is done.
-void island_ddp_params(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i, const WireFrame& w) {
+/// What a welcome did to the island.
+enum class Welcome {
+  ignored,     // not a JoinReply
+  healed,      // healed (or re-based) from the syncer's fragments
+  step_voided, // ddp: took the server's parameters, so the step in flight is void
+};
+
+/// The syncer's JoinReply: heal from it (a first join adopts the global fragments; a re-join of
+/// a restarted syncer keeps the local progress and re-bases), and count the island as live.
+Welcome take_welcome(Self self, const WireFrame& w, bool rejoin) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
+  const int i = st.island;
   auto msg = decode_message(detail::bytes_of(w));
-  if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) return;
+  if (!msg || !std::holds_alternative<JoinReply>(*msg)) return Welcome::ignored;
+  st.join_inflight = false;
+  const auto& reply = std::get<JoinReply>(*msg);
+  // ddp replicas are the server's parameters, always; the others keep their local progress.
+  st.core->heal(reply, /*keep_local=*/rejoin && !rt.ddp());
+  auto result = Welcome::healed;
+  if (rt.ddp() && !reply.fragments.empty()) {
+    st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
+    st.ddp_waiting = false;
+    result = Welcome::step_voided;
+  }
+  st.left = false;  // the syncer counts on a joining island until it says it finished
+  rt.island_live[static_cast<std::size_t>(i)] = st.incarnation;
+  if (!*st.live) {
+    *st.live = true;
+    const int n = ++rt.counters.live_islands;
+    rt.account([&](GoodputMeter& g) { g.alive(n, run_time(self)); });
+  }
+  rt.emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
+  return result;
+}
+
+/// ddp: the server's parameters of a newer step. Returns whether they were taken (heal and
+/// resume at that step); older ones are ignored.
+bool take_server_params(Self self, const WireFrame& w) {
+  auto& st = self->state;
+  auto msg = decode_message(detail::bytes_of(w));
+  if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) return false;
   auto& fm = std::get<FragmentMessage>(*msg);
   if (fm.header.kind != FragmentKind::global_params ||
       fm.header.base_round <= static_cast<std::uint64_t>(st.core->step()))
-    return;
+    return false;
   JoinReply r;
   r.fragments.push_back(std::move(fm));
   st.core->heal(r, false);
   st.core->resume_at(static_cast<long>(r.fragments[0].header.base_round));
-  const bool mine = st.ddp_waiting;
-  st.ddp_waiting = false;
-  st.stepping = false;
-  // A step the island took part in: its loss and tokens count. (Steps it missed while it was
-  // down were taken without it: in ddp that cannot happen, the server waits for everyone.)
-  island_after_step(self, rt, st, i, mine, mine ? st.ddp_loss : std::nan(""), mine ? st.ddp_tokens : 0,
-                    mine ? st.ddp_chips : 0, false);
+  return true;
 }
 
-void island_start_step(caf::event_based_actor* self, Runtime& rt, IslandState& st, int i) {
-  if (st.stepping || st.finished || !st.joined) return;
-  if (rt.budget_spent(st.core->step())) return island_wind_down(self, rt, st, i);  // e.g. restarted at the end
-  if (rt.synchronous() && st.core->must_wait()) return;  // resumed by the broadcast
-  const int C = rt.cfg.islands.chips_of(i);
-  if (rt.ddp()) {
-    // Synchronous data parallel needs every chip: with one down, everyone waits for it.
-    for (int c = 0; c < C; ++c) {
-      auto chip = rt.dir.chip(i, c);
-      auto it = chip ? st.monitored.find(chip.address()) : st.monitored.end();
-      if (!chip || (it != st.monitored.end() && it->second < 0)) {
-        self->delayed_send(self, detail::micros(0.01), step_atom::value);
-        return;
-      }
-    }
-  }
-  st.stepping = true;
-  st.step_started = run_time(self, rt);
-  st.batches.resize(static_cast<std::size_t>(C));
-  for (int c = 0; c < C; ++c) {
-    auto b = std::make_shared<Batch>();
-    st.data->next(rt.cfg.train.batch, rt.cfg.model.seq_len, *b);
-    auto chip = rt.dir.chip(i, c);
-    if (!chip) continue;
-    if (!st.monitored.count(chip.address())) {
-      st.monitored[chip.address()] = c;
-      self->monitor(chip);
-    } else if (st.monitored[chip.address()] < 0) {
-      continue;  // known dead; its restart will have a new handle
-    }
-    st.waiting[c] = chip;
-    self->send(chip, compute_atom::value, ChipWork{st.core->step() + 1, st.core->shared_params(), std::move(b)});
-  }
-  if (st.waiting.empty()) island_finish_step(self, rt, st, i);
+/// A merged fragment broadcast by the syncer (decoupled and synchronous modes): adopted, or a
+/// missed round makes the island re-join to heal (`after_next_step`: see ask_to_join). Returns
+/// whether the frame was fine (taken or not newer than what the island holds).
+bool take_broadcast(Self self, const WireFrame& w, bool after_next_step) {
+  auto& st = self->state;
+  auto got = st.core->adopt_frame(detail::bytes_of(w));
+  if (!got && got.error().code == errc::missed_round) ask_to_join(self, after_next_step);  // missed a delta: heal
+  else if (!got) spdlog::warn("island {}: broadcast refused: {}", st.island, got.error().message());
+  return got.has_value();
 }
 
-caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_ptr<Runtime> rt, int i) {
+// ---- the phases ----
+// Each handles every message of the island's protocol: one it does not expect is ignored (an
+// unhandled one would send its sender an error that ends it).
+
+/// Joining: waits for the syncer's welcome (asking again on a timer while there is none); the
+/// first JoinReply heals the island and training begins.
+caf::behavior joining(Self self) {
+  watch(self, false);
+  return {
+      [=](join_atom) { retry_join(self, false); },
+      [=](welcome_atom, const WireFrame& w) {
+        if (take_welcome(self, w, /*rejoin=*/false) == Welcome::ignored) return;
+        self->become(training(self));
+        next_step(self);
+      },
+      [=](step_atom) {},
+      [=](const ChipResult&) {},
+      [=](global_atom, const WireFrame&) {},  // the welcome brings the current fragments
+  };
+}
+
+/// Training, between steps: starts the next one (step_atom, or a broadcast the synchronous
+/// modes wait for), adopts broadcasts, re-joins a restarted syncer keeping its progress.
+caf::behavior training(Self self) {
+  watch(self, true);
+  return {
+      [=](join_atom) { retry_join(self, true); },
+      [=](welcome_atom, const WireFrame& w) {
+        if (take_welcome(self, w, /*rejoin=*/true) != Welcome::ignored) next_step(self);
+      },
+      [=](step_atom) { next_step(self); },
+      [=](const ChipResult&) {},  // of a step that is over
+      [=](global_atom, const WireFrame& w) {
+        auto& rt = *self->state.rt;
+        if (rt.ddp()) {
+          if (take_server_params(self, w)) after_step(self, false, std::nan(""), 0, 0, false);
+          return;
+        }
+        take_broadcast(self, w, true);
+        if (rt.synchronous()) next_step(self);  // if it was waiting
+      },
+  };
+}
+
+/// Stepping: the chips compute the step; it is taken when every chip asked answered or died
+/// (ddp: and the server sent the parameters of the next step).
+caf::behavior stepping(Self self) {
+  self->set_down_handler([self](caf::down_msg& m) {
+    if (syncer_lost(self, m)) ask_to_join(self, true);
+    else if (chip_lost(self, m) && self->state.waiting.empty()) finish_step(self);
+  });
+  return {
+      [=](join_atom) { retry_join(self, true); },
+      [=](welcome_atom, const WireFrame& w) {
+        if (take_welcome(self, w, /*rejoin=*/true) != Welcome::step_voided) return;
+        self->become(training(self));
+        next_step(self);
+      },
+      [=](step_atom) {},
+      [=](const ChipResult& r) {
+        auto& st = self->state;
+        if (r.step != st.core->step() + 1 || !st.waiting.erase(r.chip)) return;
+        st.results.push_back(r);
+        if (st.waiting.empty()) finish_step(self);
+      },
+      [=](global_atom, const WireFrame& w) {
+        auto& st = self->state;
+        if (!st.rt->ddp()) {
+          take_broadcast(self, w, true);
+          return;
+        }
+        if (!take_server_params(self, w)) return;
+        // A step the island took part in: its loss and tokens count. (Steps it missed while it
+        // was down were taken without it: in ddp that cannot happen, the server waits for everyone.)
+        const bool mine = st.ddp_waiting;
+        st.ddp_waiting = false;
+        self->become(training(self));
+        after_step(self, mine, mine ? st.ddp_loss : std::nan(""), mine ? st.ddp_tokens : 0, mine ? st.ddp_chips : 0,
+                   false);
+      },
+  };
+}
+
+/// The handlers of an island that trained its budget (winding_down and done): a broadcast or a
+/// restarted syncer's welcome runs the wind-down again.
+caf::behavior finishing(Self self) {
+  watch(self, false);
+  return {
+      [=](join_atom) { retry_join(self, false); },
+      [=](welcome_atom, const WireFrame& w) {
+        if (take_welcome(self, w, /*rejoin=*/true) == Welcome::ignored) return;
+        self->state.resend = true;  // the new syncer may lack what was sent
+        wind_down(self);
+      },
+      [=](step_atom) {},
+      [=](const ChipResult&) {},
+      [=](global_atom, const WireFrame& w) {
+        if (self->state.rt->ddp() ? take_server_params(self, w) : take_broadcast(self, w, false)) wind_down(self);
+      },
+  };
+}
+
+/// Winding down (the final sync): the budget is trained; the island sends its last progress,
+/// waits for the merge of what is in flight and tells the syncer it finished (wind_down).
+caf::behavior winding_down(Self self) { return finishing(self); }
+
+/// Done: its budget trained and its last contributions merged. It stays current with the
+/// broadcasts; a restarted syncer's welcome makes it send everything again (winding_down).
+caf::behavior done(Self self) { return finishing(self); }
+
+/// Diverged: the run is stopped (halt_diverged); every message is taken and ignored.
+caf::behavior diverged(Self self) {
+  self->set_down_handler([](caf::down_msg&) {});
+  return {
+      [](join_atom) {},
+      [](welcome_atom, const WireFrame&) {},
+      [](step_atom) {},
+      [](const ChipResult&) {},
+      [](global_atom, const WireFrame&) {},
+  };
+}
+
+caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   detail::guard(self, "island " + std::to_string(i));
   auto& st = self->state;
+  st.rt = rt;
+  st.island = i;
   const auto& c = rt->cfg;
   IslandSettings s;
   s.island = i;
@@ -314,75 +554,11 @@ caf::behavior island_actor(caf::stateful_actor<IslandState>* self, std::shared_p
       g.alive(n, t);
     });
   });
-  self->set_down_handler([self, rt, i](caf::down_msg& m) {
-    auto& st = self->state;
-    if (st.syncer && m.source == st.syncer.address()) {
-      st.dead_syncer = st.syncer.address();
-      st.join_inflight = false;
-      st.syncer = caf::actor{};
-      // Keep training and re-join the restarted syncer: a training island tries after each
-      // step; one still waiting for its first JoinReply (it died with the request) on a timer.
-      island_try_join(self, *rt, st, i);
-      return;
-    }
-    auto it = st.monitored.find(m.source);
-    if (it == st.monitored.end() || it->second < 0) return;
-    const int chip = it->second;
-    it->second = -1;
-    if (st.waiting.erase(chip) && st.waiting.empty() && st.stepping) island_finish_step(self, *rt, st, i);
-  });
   // Under repair (a chaos kill): ask to join only once the repair is over.
   if (const double now = detail::now_s(self), back = rt->windows.island_back(i); now < back)
     self->delayed_send(self, detail::micros(back - now), join_atom::value);
   else self->send(self, join_atom::value);
-  return {
-      [=](join_atom) {
-        self->state.join_inflight = false;
-        island_try_join(self, *rt, self->state, i);
-      },
-      [=](welcome_atom, const WireFrame& w) {
-        auto& st = self->state;
-        auto msg = decode_message(detail::bytes_of(w));
-        if (!msg || !std::holds_alternative<JoinReply>(*msg)) return;
-        st.join_inflight = false;
-        const bool rejoin = st.joined;
-        const auto& reply = std::get<JoinReply>(*msg);
-        // ddp replicas are the server's parameters, always; the others keep their local progress.
-        st.core->heal(reply, /*keep_local=*/rejoin && !rt->ddp());
-        if (rt->ddp() && !reply.fragments.empty()) {
-          st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
-          st.ddp_waiting = false;
-          st.stepping = false;
-        }
-        st.joined = true;
-        st.left = false;  // the syncer counts on a joining island until it says it finished
-        rt->island_live[static_cast<std::size_t>(i)] = st.incarnation;
-        if (rejoin && st.finished) st.resend = true;  // the new syncer may lack what was sent
-        if (!*st.live) {
-          *st.live = true;
-          const int n = ++rt->counters.live_islands;
-          rt->account([&](GoodputMeter& g) { g.alive(n, run_time(self, *rt)); });
-        }
-        rt->emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
-        if (st.finished) island_wind_down(self, *rt, st, i);
-        else island_start_step(self, *rt, st, i);
-      },
-      [=](step_atom) { island_start_step(self, *rt, self->state, i); },
-      [=](const ChipResult& r) {
-        auto& st = self->state;
-        if (!st.stepping || r.step != st.core->step() + 1 || !st.waiting.erase(r.chip)) return;
-        st.results.push_back(r);
-        if (st.waiting.empty()) island_finish_step(self, *rt, st, i);
-      },
-      [=](global_atom, const WireFrame& w) {
-        if (rt->ddp()) return island_ddp_params(self, *rt, self->state, i, w);
-        auto got = self->state.core->adopt_frame(detail::bytes_of(w));
-        if (!got && got.error().code == errc::missed_round) island_try_join(self, *rt, self->state, i);  // missed a delta: heal
-        else if (!got) spdlog::warn("island {}: broadcast refused: {}", i, got.error().message());
-        else if (self->state.finished) island_wind_down(self, *rt, self->state, i);
-        if (rt->synchronous()) island_start_step(self, *rt, self->state, i);  // if it was waiting
-      },
-  };
+  return joining(self);
 }
 
 }  // namespace
