@@ -59,6 +59,14 @@ inline void guard(caf::event_based_actor* self, std::string who) {
   });
 }
 
+/// A frame that cannot be taken (it does not decode, is not the message its path carries, or
+/// names no island of the run): counted in counters.rejected and reported (Event::refused),
+/// never dropped in silence. `why` says where and what ("island 1: welcome: ...").
+inline void refuse(caf::event_based_actor* self, Runtime& rt, std::string why) {
+  ++rt.counters.rejected;
+  rt.emit(Event::refused(now_s(self), std::move(why)));
+}
+
 /// Sends a frame between island `island` and the syncer through that island's emulated WAN link
 /// (`up`: towards the syncer): delivered when the link would deliver it, or at once without a WAN.
 /// Returns the delay it was given.

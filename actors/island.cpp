@@ -335,7 +335,7 @@ void finish_step(Self self) {
 
 /// What a welcome did to the island.
 enum class Welcome {
-  ignored,     // not a JoinReply
+  refused,     // not a JoinReply (counted and reported)
   healed,      // healed (or re-based) from the syncer's fragments
   step_voided, // ddp: took the server's parameters, so the step in flight is void
 };
@@ -347,7 +347,11 @@ Welcome take_welcome(Self self, const WireFrame& w, bool rejoin) {
   auto& rt = *st.rt;
   const int i = st.island;
   auto msg = decode_message(detail::bytes_of(w));
-  if (!msg || !std::holds_alternative<JoinReply>(*msg)) return Welcome::ignored;
+  if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
+    detail::refuse(self, rt, "island " + std::to_string(i) + ": welcome: " +
+                                 (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
+    return Welcome::refused;
+  }
   st.join_inflight = false;
   const auto& reply = std::get<JoinReply>(*msg);
   // ddp replicas are the server's parameters, always; the others keep their local progress.
@@ -370,11 +374,15 @@ Welcome take_welcome(Self self, const WireFrame& w, bool rejoin) {
 }
 
 /// ddp: the server's parameters of a newer step. Returns whether they were taken (heal and
-/// resume at that step); older ones are ignored.
+/// resume at that step); older ones are ignored, a frame that is no fragment refused.
 bool take_server_params(Self self, const WireFrame& w) {
   auto& st = self->state;
   auto msg = decode_message(detail::bytes_of(w));
-  if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) return false;
+  if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) {
+    detail::refuse(self, *st.rt, "island " + std::to_string(st.island) + ": parameters: " +
+                                     (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
+    return false;
+  }
   auto& fm = std::get<FragmentMessage>(*msg);
   if (fm.header.kind != FragmentKind::global_params ||
       fm.header.base_round <= static_cast<std::uint64_t>(st.core->step()))
@@ -387,13 +395,14 @@ bool take_server_params(Self self, const WireFrame& w) {
 }
 
 /// A merged fragment broadcast by the syncer (decoupled and synchronous modes): adopted, or a
-/// missed round makes the island re-join to heal (`after_next_step`: see ask_to_join). Returns
-/// whether the frame was fine (taken or not newer than what the island holds).
+/// missed round makes the island re-join to heal (`after_next_step`: see ask_to_join), any other
+/// fault of the frame refuses it. Returns whether the frame was fine (taken or not newer than
+/// what the island holds).
 bool take_broadcast(Self self, const WireFrame& w, bool after_next_step) {
   auto& st = self->state;
   auto got = st.core->adopt_frame(detail::bytes_of(w));
   if (!got && got.error().code == errc::missed_round) ask_to_join(self, after_next_step);  // missed a delta: heal
-  else if (!got) spdlog::warn("island {}: broadcast refused: {}", st.island, got.error().message());
+  else if (!got) detail::refuse(self, *st.rt, "island " + std::to_string(st.island) + ": broadcast: " + got.error().message());
   return got.has_value();
 }
 
@@ -408,7 +417,7 @@ caf::behavior joining(Self self) {
   return {
       [=](join_atom) { retry_join(self, false); },
       [=](welcome_atom, const WireFrame& w) {
-        if (take_welcome(self, w, /*rejoin=*/false) == Welcome::ignored) return;
+        if (take_welcome(self, w, /*rejoin=*/false) == Welcome::refused) return;
         self->become(training(self));
         next_step(self);
       },
@@ -425,7 +434,7 @@ caf::behavior training(Self self) {
   return {
       [=](join_atom) { retry_join(self, true); },
       [=](welcome_atom, const WireFrame& w) {
-        if (take_welcome(self, w, /*rejoin=*/true) != Welcome::ignored) next_step(self);
+        if (take_welcome(self, w, /*rejoin=*/true) != Welcome::refused) next_step(self);
       },
       [=](step_atom) { next_step(self); },
       [=](const ChipResult&) {},  // of a step that is over
@@ -487,7 +496,7 @@ caf::behavior finishing(Self self) {
   return {
       [=](join_atom) { retry_join(self, false); },
       [=](welcome_atom, const WireFrame& w) {
-        if (take_welcome(self, w, /*rejoin=*/true) == Welcome::ignored) return;
+        if (take_welcome(self, w, /*rejoin=*/true) == Welcome::refused) return;
         self->state.resend = true;  // the new syncer may lack what was sent
         wind_down(self);
       },

@@ -677,6 +677,52 @@ BOOST_AUTO_TEST_CASE(state_file_corrupt_at_a_syncer_restart_stops_the_run_withou
   std::filesystem::remove(path);
 }
 
+// Every frame on the paths into the syncer (join, progress) and into an island (welcome,
+// broadcast: the server's parameters in ddp) that does not decode, or decodes to another
+// message than its path carries, is counted and reported; none is dropped in silence, and the
+// run is not disturbed.
+BOOST_AUTO_TEST_CASE(undecodable_frames_on_every_path_are_counted_and_reported) {
+  for (const std::string mode : {"decoupled", "ddp"}) {
+    BOOST_TEST_CONTEXT("train.mode " << mode) {
+      auto c = small_config(2, 1, 2);
+      c.train.mode = *choice_of<TrainMode>(mode);
+      World w(c);
+      w.settle();
+      w.settle(false);
+      BOOST_REQUIRE(w.of(Event::Kind::rejected).empty());
+      BOOST_REQUIRE(w.rt->counters.rejected.load() == 0u);
+      WireFrame garbage{{0xde, 0xad, 0xbe, 0xef, 0x00, 0x01, 0x02}};
+      const auto beat = encode_message(Heartbeat{0, 1, 2});  // decodes, but no path here carries it
+      WireFrame wrong;
+      for (auto b : beat) wrong.bytes.push_back(static_cast<std::uint8_t>(b));
+      const auto syncer = w.rt->dir.syncer();
+      const auto island = w.rt->dir.island(1);
+      for (const auto& f : {garbage, wrong}) {
+        caf::anon_send(syncer, join_atom::value, f);
+        caf::anon_send(syncer, progress_atom::value, f);
+        caf::anon_send(island, welcome_atom::value, f);
+        caf::anon_send(island, global_atom::value, f);
+      }
+      w.sched->run();
+      const auto refused = w.of(Event::Kind::rejected);
+      BOOST_TEST(refused.size() == 8u);
+      BOOST_TEST(w.rt->counters.rejected.load() == 8u);
+      const std::string broadcast = mode == "ddp" ? "island 1: parameters: " : "island 1: broadcast: ";
+      for (const auto& path : {std::string("syncer: join request: "), std::string("syncer: progress: "),
+                               std::string("island 1: welcome: "), broadcast}) {
+        int n = 0;
+        for (const auto& e : refused) n += e.detail.rfind(path, 0) == 0;
+        BOOST_TEST(n == 2, path << "refused " << n << " times");
+      }
+      for (const auto& e : refused) BOOST_TEST_MESSAGE(e.detail);
+      BOOST_TEST(!w.rt->stopped().has_value());
+      BOOST_TEST(w.rt->all_done());
+      BOOST_TEST(w.started("root", "syncer") == 1);
+      BOOST_TEST(w.started("island-1", "island") == 1);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_restores_who_finished_and_their_steps) {
   auto c = small_config(2, 1, 2);
   World w(
