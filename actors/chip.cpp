@@ -1,4 +1,5 @@
-// The chip actor: one model workspace, one micro-batch per message, gradient back to the island.
+// The chip actor: one model workspace, its share of the island's batch per message, gradient back
+// to the island.
 #include "diloco/actors/chip.hpp"
 
 #include <chrono>
@@ -36,7 +37,9 @@ caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> 
         auto& grads = *buffer;
         if (!grads || grads.use_count() > 1 || grads->size() != w.params->size())
           grads = std::make_shared<std::vector<float>>(w.params->size());
-        const double loss = model->loss_and_grad(*w.params, *w.batch, *grads);
+        // An empty share (more chips than windows in the island's batch) computes nothing: its
+        // answer holds no tokens, and the island's step leaves it out (combine_chips).
+        const double loss = w.batch->B > 0 ? model->loss_and_grad(*w.params, *w.batch, *grads) : 0.0;
         ChipResult r{chip, w.step, w.batch->num_targets(), loss, grads};
         auto dest = caf::actor_cast<caf::actor>(self->current_sender());
         // Slower hardware (or a straggler) is emulated: the reply waits (1/speed − 1) × the compute time.

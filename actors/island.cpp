@@ -37,7 +37,6 @@ struct IslandState {
   std::map<int, caf::actor> waiting;         // chips asked in the current step
   std::vector<ChipResult> results;
   std::map<caf::actor_addr, int> monitored;  // chip handles we monitor (-1: dead)
-  std::vector<std::shared_ptr<const Batch>> batches;
   int incarnation = 0;
   double step_started = 0.0;     // actor time the step in flight began (goodput)
   std::shared_ptr<bool> live;    // joined and not dead: counted in counters.live_islands
@@ -230,10 +229,11 @@ void next_step(Self self) {
   }
   self->become(stepping(self));
   st.step_started = run_time(self);
-  st.batches.resize(static_cast<std::size_t>(C));
+  // The island's batch of the step (train.batch windows), split among its chips; a dead chip's
+  // share is missing from this step (the others' gradients are weighted by their tokens).
+  Batch batch;
+  st.data->next(rt.cfg.train.batch, rt.cfg.model.seq_len, batch);
   for (int c = 0; c < C; ++c) {
-    auto b = std::make_shared<Batch>();
-    st.data->next(rt.cfg.train.batch, rt.cfg.model.seq_len, *b);
     auto chip = rt.dir.chip(i, c);
     if (!chip) continue;
     if (!st.monitored.count(chip.address())) {
@@ -243,7 +243,8 @@ void next_step(Self self) {
       continue;  // known dead; its restart will have a new handle
     }
     st.waiting[c] = chip;
-    self->send(chip, compute_atom::value, ChipWork{st.core->step() + 1, st.core->shared_params(), std::move(b)});
+    self->send(chip, compute_atom::value,
+               ChipWork{st.core->step() + 1, st.core->shared_params(), std::make_shared<Batch>(chip_share(batch, c, C))});
   }
   if (st.waiting.empty()) finish_step(self);
 }
@@ -546,9 +547,9 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   st.data = rt->corpus.shard(i, c.train.islands);
   {
     // A restarted island goes on where its shard was, not from its start: every step drew one
-    // batch per chip (dead or alive), so the stream is skipped by as many.
+    // batch (whichever chips were alive), so the stream is skipped by as many.
     Batch skip;
-    for (long k = 0; k < st.core->step() * c.islands.chips_of(i); ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
+    for (long k = 0; k < st.core->step(); ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
   }
   st.incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
   // Alive = joined: an island under repair or still healing is not part of the run yet.

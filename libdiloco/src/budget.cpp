@@ -22,10 +22,10 @@ RunBudget RunBudget::total_tokens(std::uint64_t tokens) {
 RunBudget RunBudget::of(const RunConfig& cfg) {
   const auto& t = cfg.train;
   if (t.budget != Budget::total_tokens) return island_steps(t.steps);
-  // The tokens of `steps` steps of every chip of every island, in whatever order.
+  // The tokens of `steps` steps of every island (train.batch windows an island's step, whatever
+  // its chip count), in whatever order.
   return total_tokens(static_cast<std::uint64_t>(t.steps) * static_cast<std::uint64_t>(t.batch) *
-                      static_cast<std::uint64_t>(cfg.model.seq_len) *
-                      static_cast<std::uint64_t>(cfg.islands.total_chips(t.islands)));
+                      static_cast<std::uint64_t>(cfg.model.seq_len) * static_cast<std::uint64_t>(t.islands));
 }
 
 bool budget_spent(const RunBudget& budget, long step, std::uint64_t tokens) {

@@ -43,18 +43,33 @@ double combine_chips(std::span<const ChipGradient> chips, std::vector<float>& ou
   }
   if (tokens == 0) return std::numeric_limits<double>::quiet_NaN();
   out.resize(chips[0].grads.size());
-  if (chips.size() == 1) {
-    std::copy(chips[0].grads.begin(), chips[0].grads.end(), out.begin());
-    return chips[0].loss;
-  }
+  for (const auto& c : chips)
+    if (c.tokens == tokens) {  // one chip holds every token: its gradient as it is
+      std::copy(c.grads.begin(), c.grads.end(), out.begin());
+      return c.loss;
+    }
   std::fill(out.begin(), out.end(), 0.0f);
   double loss = 0.0;
   for (const auto& c : chips) {
+    if (c.tokens == 0) continue;  // an empty share: nothing computed
     const float w = static_cast<float>(static_cast<double>(c.tokens) / static_cast<double>(tokens));
     for (std::size_t j = 0; j < out.size(); ++j) out[j] += w * c.grads[j];
     loss += c.loss * static_cast<double>(c.tokens) / static_cast<double>(tokens);
   }
   return loss;
+}
+
+Batch chip_share(const Batch& batch, int chip, int chips) {
+  if (chips < 1 || chip < 0 || chip >= chips) throw std::invalid_argument("chip_share: no chip " + std::to_string(chip) + " of " + std::to_string(chips));
+  const int base = batch.B / chips, extra = batch.B % chips;
+  const int first = chip * base + std::min(chip, extra);
+  Batch share;
+  share.B = base + (chip < extra ? 1 : 0);
+  share.T = batch.T;
+  const auto row = static_cast<std::size_t>(batch.T) + 1;  // a window: T + 1 tokens
+  const auto from = batch.tokens.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(first) * row);
+  share.tokens.assign(from, from + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(share.B) * row));
+  return share;
 }
 
 double IslandCore::apply_gradient(std::span<const ChipGradient> chips) {

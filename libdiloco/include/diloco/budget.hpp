@@ -21,7 +21,8 @@ struct RunBudget {
   static RunBudget island_steps(long steps);
   static RunBudget total_tokens(std::uint64_t tokens);
   /// The budget train.budget names: `train.steps` per island, or the tokens of `train.steps`
-  /// steps of every chip of every island (train.batch windows of model.seq_len tokens each).
+  /// steps of every island (train.batch windows of model.seq_len tokens each, split among the
+  /// island's chips).
   static RunBudget of(const RunConfig& cfg);
 };
 

@@ -12,6 +12,7 @@
 #include "diloco/codec.hpp"
 #include "diloco/expected.hpp"
 #include "diloco/fragments.hpp"
+#include "diloco/model.hpp"
 #include "diloco/optim.hpp"
 #include "diloco/wire.hpp"
 
@@ -25,9 +26,17 @@ struct ChipGradient {
 };
 
 /// The chips' gradients of one step combined by tokens: out = Σ_c tokens_c·g_c / Σ_c tokens_c
-/// (a dead chip's share is simply missing). Returns the token-weighted loss and sets `tokens`;
-/// without tokens, NaN and `out` untouched. Throws std::invalid_argument if sizes differ.
+/// (a dead chip's share is simply missing; a chip without tokens adds nothing). Returns the
+/// token-weighted loss and sets `tokens`; without tokens, NaN and `out` untouched. Throws
+/// std::invalid_argument if sizes differ.
 double combine_chips(std::span<const ChipGradient> chips, std::vector<float>& out, std::uint64_t& tokens);
+
+/// Chip `chip`'s share of its island's batch: train.batch windows per island per step, split
+/// among the island's `chips` chips in order, B/chips windows each and one more for each of the
+/// first B mod chips (a share is empty when the island has more chips than windows). The
+/// shares' gradients combined by tokens (combine_chips) are the gradient of the whole batch, so
+/// an island trains the same tokens and takes the same step whatever its chip count.
+Batch chip_share(const Batch& batch, int chip, int chips);
 
 /// How an island syncs (Streaming / Decoupled DiLoCo, arXiv 2501.18512, 2604.21428).
 struct IslandSettings {
