@@ -85,7 +85,7 @@ std::vector<Field> fields(RunConfig& c) {
        "\"ddp\" (all-reduce every step), \"diloco\", \"streaming\" (reference loops) or \"decoupled\" (actor runtime)"},
       {"train", "islands", &c.train.islands, "M: islands (learners), each with its own model copy"},
       {"train", "steps", &c.train.steps, "inner steps per island"},
-      {"train", "batch", &c.train.batch, "windows of seq_len bytes per island per inner step"},
+      {"train", "batch", &c.train.batch, "windows of seq_len bytes per island per inner step, split among its chips"},
       {"train", "H", &c.train.H, "inner steps between two syncs of a fragment"},
       {"train", "eval_windows", &c.train.eval_windows,
        "held-out windows of seq_len + 1 bytes per evaluation, one in each equal stretch of the split; the summary "
