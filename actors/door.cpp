@@ -135,6 +135,7 @@ struct Door::Impl {
     BaspFilter filter;
     Buffer to_inner, to_outer;
     bool outer_wants_write = false;  // TLS needs the socket writable to make progress
+    bool counted = false;            // holds one of its peer's sessions
     bool dead = false;
     Conn(std::uint64_t i, BaspFilter f) : id(i), filter(std::move(f)) {}
   };
@@ -212,9 +213,11 @@ struct Door::Impl {
 
   // ---- ends of a connection ----
 
+  // A site's door serves one process and logs every refusal; the syncer's, facing the network,
+  // summarises floods.
   void note(const std::string& kind, const std::string& detail) {
     const auto n = ++tally[kind];
-    if (n <= 5 || n % 100 == 0)
+    if (!syncer_role() || n <= 5 || n % 100 == 0)
       log(kind + (n > 5 ? " (" + std::to_string(n) + " so far)" : "") + ": " + detail);
   }
 
@@ -238,10 +241,10 @@ struct Door::Impl {
     if (c.dead) return;
     c.dead = true;
     admission.settle(c.id);
-    if (c.state == Conn::State::spliced && !c.peer.empty()) {
+    if (c.counted)
       if (auto it = sessions.find(c.peer); it != sessions.end() && --it->second == 0) sessions.erase(it);
-      if (how == Ending::normal) log("session of " + c.peer + " (" + c.address + ") ended: " + why);
-    }
+    if (c.state == Conn::State::spliced && how == Ending::normal)
+      log("session of " + c.peer + " (" + c.address + ") ended: " + why);
     {
       std::lock_guard lk(mu);
       if (how == Ending::refused) ++st.refused;
@@ -367,6 +370,7 @@ struct Door::Impl {
     admission.settle(c.id);
     c.peer = name.empty() ? "an unproven peer" : name;
     ++sessions[c.peer];
+    c.counted = true;
     {
       std::lock_guard lk(mu);
       ++st.accepted;

@@ -156,6 +156,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   const Corpus& corpus = rt->corpus;
   auto model = make_model(cfg.model);
   const auto eval = corpus.eval_windows(cfg.model.seq_len, cfg.train.eval_windows);
+  const auto round_eval = corpus.progress_windows(cfg.model.seq_len, cfg.train.round_eval_windows);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
 
   spdlog::info("config: {}", config_label.empty() ? "built-in defaults" : config_label);
@@ -206,7 +207,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
       tally->loss_sum = 0.0;
       tally->loss_count = 0;
     }
-    last_eval = evaluate(*model, global, eval);
+    last_eval = evaluate(*model, global, round_eval);
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const auto tokens = rt->counters.tokens.load();
     const auto gp = rt->goodput_report(actor_now());

@@ -129,6 +129,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   }
   auto model = make_model(cfg.model);
   const auto eval = rt->corpus.eval_windows(cfg.model.seq_len, cfg.train.eval_windows);
+  const auto round_eval = rt->corpus.progress_windows(cfg.model.seq_len, cfg.train.round_eval_windows);
   const double initial_eval = evaluate(*model, rt->initial, eval);
 
   caf::actor_system_config sc;
@@ -212,7 +213,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
       rounds.swap(rt->new_rounds);
     }
     for (const auto& [round, global] : rounds) {
-      last_eval = evaluate(*model, global, eval);
+      last_eval = evaluate(*model, global, round_eval);
       last_round = round;
       std::printf("%8.2fs  round %llu eval loss %.4f\n", tl->since(), static_cast<unsigned long long>(round), last_eval);
       jsonl.write(Json{{"event", "round"}, {"round", round}, {"eval_loss", last_eval}, {"t", tl->since()}});

@@ -90,6 +90,9 @@ std::vector<Field> fields(RunConfig& c) {
       {"train", "eval_windows", &c.train.eval_windows,
        "held-out windows of seq_len + 1 bytes per evaluation, one in each equal stretch of the split; the summary "
        "prints the loss ± its standard error"},
+      {"train", "round_eval_windows", &c.train.round_eval_windows,
+       "actor runs: windows of the per-round evaluation (live table, metrics), spread over the split the same way; "
+       "the summary uses eval_windows"},
       {"train", "seed", &c.train.seed, "seeds the initial parameters"},
       {"train", "budget", choice(&c.train.budget),
        "actors: \"island_steps\" (each island trains `steps`) or \"total_tokens\" (the islands together train "
@@ -630,6 +633,8 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   else check_not_too_long(e, "train.final_sync_s", t.final_sync_s);
   if (t.batch < 1) e.push_back("train.batch: must be ≥ 1 (got " + std::to_string(t.batch) + ")");
   if (t.H < 1) e.push_back("train.H: must be ≥ 1 (got " + std::to_string(t.H) + ")");
+  if (t.round_eval_windows < 1 || t.round_eval_windows > 1 << 20)
+    e.push_back("train.round_eval_windows: must be in [1, 1048576] (got " + std::to_string(t.round_eval_windows) + ")");
   if (t.eval_windows < 2)
     e.push_back("train.eval_windows: must be ≥ 2 (got " + std::to_string(t.eval_windows) +
                 "; a standard error needs two windows)");

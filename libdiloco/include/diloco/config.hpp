@@ -56,6 +56,9 @@ struct TrainConfig {
   int H = 50;                    // inner steps between two syncs of a fragment
   int eval_windows = 512;        // held-out windows of seq_len + 1 bytes per evaluation, one in
                                  // each equal stretch of the split (Corpus::eval_window_starts)
+  int round_eval_windows = 64;   // actor runs: windows of the per-round evaluation (live table,
+                                 // metrics), spread over the split the same way; the summary uses
+                                 // eval_windows
   std::uint64_t seed = 1;        // model initialisation
   Budget budget = Budget::island_steps;
   double final_sync_s = 30.0;    // decoupled on actors: at the end every island sends the progress

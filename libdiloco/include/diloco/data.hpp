@@ -2,6 +2,7 @@
 // deterministic per-island shards (IID or non-IID) and a held-out evaluation split.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -71,6 +72,12 @@ public:
   /// `count` evaluation windows, one per batch, so an evaluation can tell how the loss varies
   /// from window to window (evaluate_with_error); what train.eval_windows asks for.
   std::vector<Batch> eval_windows(int T, int count) const { return eval_batches(1, T, count); }
+  /// About `windows` evaluation windows spread the same way, in batches of up to 8 (a cheap
+  /// mean loss for progress reports; no standard error).
+  std::vector<Batch> progress_windows(int T, int windows) const {
+    const int B = std::max(1, std::min(8, windows));
+    return eval_batches(B, T, (windows + B - 1) / B);
+  }
   const std::vector<std::uint8_t>& eval_tokens() const { return eval_; }
 
   /// Loss floor in nats/token of the evaluation stream, if the source is known (synthetic):
