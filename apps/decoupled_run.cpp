@@ -132,7 +132,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
                       static_cast<unsigned long long>(e.round), healed("syncer").c_str());
         break;
       case Event::Kind::rejected:
-        std::snprintf(line, sizeof line, "%8.2fs  syncer refused a fragment: %s", t, e.detail.c_str());
+        std::snprintf(line, sizeof line, "%8.2fs  refused a frame: %s", t, e.detail.c_str());
         break;
       case Event::Kind::diverged:
       case Event::Kind::unusable_state:
