@@ -108,7 +108,8 @@ def main():
     out = a.out or tempfile.mkdtemp(prefix="goodput.")
     os.makedirs(out, exist_ok=True)
     rates = [float(x) for x in a.mtbf.split(",")]
-    init = diloco_runs.pretrain(a.diloco, "goodput.toml", a.pretrain, out)[0] if a.pretrain > 0 else None
+    # The shared start: ddp on the reference loop with 8 windows an island, as it always had.
+    init = diloco_runs.pretrain(a.diloco, "goodput.toml", a.pretrain, out, ["train.batch=8"])[0] if a.pretrain > 0 else None
     results = {}
     print(f"{'mode':10s} {'chip MTBF':>9s} {'faults':>6s} {'wall s':>7s} {'goodput':>8s} {'downtime s':>10s} "
           f"{'eval loss':>9s}  schedule")

@@ -44,7 +44,7 @@ def main():
                 ("K=1, adaptive grace", ["quorum.min_islands=1", 'quorum.grace="adaptive"'])]
     init = None
     if a.pretrain > 0:
-        init = diloco_runs.pretrain(a.diloco, "goodput.toml", a.pretrain, out, [f"train.islands={M}"])[0]
+        init = diloco_runs.pretrain(a.diloco, "goodput.toml", a.pretrain, out, [f"train.islands={M}", "train.batch=8"])[0]
     runs = {name: [] for name, _ in variants}
     print(f"islands at speeds {speeds}, tau {a.tau}, shared start: {a.pretrain} ddp steps, {a.repeat} run(s) each")
     print(f"{'variant':22s} {'run':>3s} {'wall s':>7s} {'goodput':>8s} {'eval loss':>9s} {'commits':>8s} {'late drops':>10s}")
