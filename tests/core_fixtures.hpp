@@ -9,11 +9,34 @@
 #include <vector>
 
 #include "diloco/codec.hpp"
+#include "diloco/config.hpp"
 #include "diloco/fragments.hpp"
 #include "diloco/syncer_core.hpp"
 #include "diloco/wire.hpp"
 
 namespace diloco::testing {
+
+/// The run the lockstep checks share (runtime against the reference loop): a tiny MLP, two
+/// islands of 24 steps, batch 4, H = 6, P fragments with overlap tau.
+inline RunConfig lockstep_run(const std::string& mode, int P, int tau) {
+  RunConfig c;
+  c.model.kind = "mlp";
+  c.model.seq_len = 8;
+  c.model.n_embd = 8;
+  c.model.hidden = 16;
+  c.model.context = 2;
+  c.data.eval_tokens = 4096;
+  c.train.mode = *choice_of<TrainMode>(mode);
+  c.train.islands = 2;
+  c.train.steps = 24;
+  c.train.batch = 4;
+  c.train.H = 6;
+  c.inner.lr = 3e-3f;
+  c.fragments.count = P;
+  c.fragments.tau = tau;
+  c.quorum.tau = tau;
+  return c;
+}
 
 // A one-tensor layout, one fragment: the smallest syncer world.
 struct Tiny {

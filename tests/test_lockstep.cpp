@@ -19,6 +19,7 @@
 #include "diloco/data.hpp"
 #include "diloco/island_core.hpp"
 #include "diloco/loops.hpp"
+#include "core_fixtures.hpp"
 
 using namespace diloco;
 using namespace diloco::actors;
@@ -26,25 +27,10 @@ using namespace diloco::actors;
 namespace {
 
 RunConfig lockstep_config(const std::string& mode, int chips, int P, int tau) {
-  RunConfig c;
-  c.model.kind = "mlp";
-  c.model.seq_len = 8;
-  c.model.n_embd = 8;
-  c.model.hidden = 16;
-  c.model.context = 2;
-  c.data.eval_tokens = 4096;
-  c.train.mode = *choice_of<TrainMode>(mode);
-  c.train.islands = 2;
-  c.train.steps = 24;
-  c.train.H = 6;
-  c.train.batch = 4;
+  auto c = diloco::testing::lockstep_run(mode, P, tau);
   c.train.eval_windows = 2;
-  c.inner.lr = 3e-3f;
   c.inner.warmup_steps = 2;
   c.islands.chips = chips;
-  c.fragments.count = P;
-  c.fragments.tau = tau;
-  c.quorum.tau = tau;
   c.quorum.min_islands = 2;
   c.quorum.grace = GraceRule::none;
   c.supervision.backoff_initial_s = 0.0;

@@ -26,24 +26,9 @@ using namespace diloco::testing;
 namespace {
 
 RunConfig golden_config(const std::string& mode, int P, int tau) {
-  RunConfig c;
-  c.model.kind = "mlp";
-  c.model.seq_len = 8;
-  c.model.n_embd = 8;
-  c.model.hidden = 16;
-  c.model.context = 2;
-  c.data.eval_tokens = 4096;
-  c.train.mode = *choice_of<TrainMode>(mode);
-  c.train.islands = 2;
-  c.train.steps = 24;
-  c.train.batch = 4;
-  c.train.H = 6;
+  auto c = testing::lockstep_run(mode, P, tau);
   c.train.eval_windows = 4;
-  c.inner.lr = 3e-3f;
   c.inner.warmup_steps = 3;
-  c.fragments.count = P;
-  c.fragments.tau = tau;
-  c.quorum.tau = tau;
   return c;
 }
 
