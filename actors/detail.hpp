@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <span>
 #include <string>
 
@@ -65,6 +66,17 @@ inline void guard(caf::event_based_actor* self, std::string who) {
 inline void refuse(caf::event_based_actor* self, Runtime& rt, std::string why) {
   ++rt.counters.rejected;
   rt.emit(Event::refused(now_s(self), std::move(why)));
+}
+
+/// Publishes new global parameters to the app (rt.global; with `new_round`, rt.new_rounds).
+inline void publish_global(Runtime& rt, std::span<const float> params, std::uint64_t round, bool new_round) {
+  std::lock_guard lk(rt.global_mu);
+  rt.global.assign(params.begin(), params.end());
+  if (new_round && round > rt.global_round) {
+    rt.new_rounds.emplace_back(round, rt.global);
+    if (rt.new_rounds.size() > Runtime::max_new_rounds) rt.new_rounds.pop_front();
+  }
+  rt.global_round = std::max(rt.global_round, round);
 }
 
 /// Sends a frame between island `island` and the syncer through that island's emulated WAN link

@@ -14,7 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "detail.hpp"
-#include "diloco/ddp.hpp"
+#include "diloco/actors/chip_pool.hpp"
 #include "diloco/island_core.hpp"
 
 namespace diloco::actors {
@@ -34,18 +34,10 @@ struct IslandState {
   caf::actor syncer;
   bool join_inflight = false;                // a join request or retry is under way
   caf::actor_addr dead_syncer;               // the syncer we saw die (the directory may still hold it)
-  std::map<int, caf::actor> waiting;         // chips asked in the current step
-  std::vector<ChipResult> results;
-  std::map<caf::actor_addr, int> monitored;  // chip handles we monitor (-1: dead)
+  std::unique_ptr<ChipPool> chips;            // hands each step to the chips, gathers their replies
   int incarnation = 0;
   double step_started = 0.0;     // actor time the step in flight began (goodput)
   std::shared_ptr<bool> live;    // joined and not dead: counted in counters.live_islands
-  // ddp: the gradient sent for the step in flight waits for the server's new parameters.
-  bool ddp_waiting = false;
-  double ddp_loss = 0.0;
-  std::uint64_t ddp_tokens = 0;
-  int ddp_chips = 0;
-  std::vector<float> ddp_grad;
 };
 
 using Self = caf::stateful_actor<IslandState>*;
@@ -99,28 +91,16 @@ bool syncer_lost(Self self, const caf::down_msg& m) {
   return true;
 }
 
-/// A chip we monitor died: it is known dead (its restart has a new handle). Returns whether the
-/// step in flight was waiting for it.
-bool chip_lost(Self self, const caf::down_msg& m) {
-  auto& st = self->state;
-  auto it = st.monitored.find(m.source);
-  if (it == st.monitored.end() || it->second < 0) return false;
-  const int chip = it->second;
-  it->second = -1;
-  return st.waiting.erase(chip) > 0;
-}
-
 /// Down messages outside a step: a dead syncer is re-joined (`after_next_step`: see
 /// ask_to_join), a dead chip is noted.
 void watch(Self self, bool after_next_step) {
   self->set_down_handler([self, after_next_step](caf::down_msg& m) {
     if (syncer_lost(self, m)) ask_to_join(self, after_next_step);
-    else chip_lost(self, m);
+    else self->state.chips->lost(m);
   });
 }
 
-/// The island's state holds NaN or infinity (IslandCore::health, or a ddp gradient that cannot
-/// be framed): reports it with the fragment concerned (-1: none), stops the run, and takes no
+/// The island's state holds NaN or infinity (IslandCore::health): reports it with the fragment concerned (-1: none), stops the run, and takes no
 /// more steps. It stays alive, so that its supervisor does not restart it: a restarted island
 /// would heal from the same global state, train with the same settings and diverge again.
 void halt_diverged(Self self, int fragment, const std::string& why) {
@@ -208,50 +188,25 @@ void wind_down(Self self) {
 void finish_step(Self self);
 
 /// Training, between steps: starts the next step on the chips (stepping), or stays in training
-/// (synchronous modes wait for a broadcast; ddp waits for a missing chip), or winds down.
+/// (synchronous modes wait for a broadcast), or winds down.
 void next_step(Self self) {
   auto& st = self->state;
   auto& rt = *st.rt;
-  const int i = st.island;
   if (rt.budget_spent(st.core->step())) return wind_down(self);  // e.g. restarted at the end
   if (rt.synchronous() && st.core->must_wait()) return;          // resumed by the broadcast
-  const int C = rt.cfg.islands.chips_of(i);
-  if (rt.ddp()) {
-    // Synchronous data parallel needs every chip: with one down, everyone waits for it.
-    for (int c = 0; c < C; ++c) {
-      auto chip = rt.dir.chip(i, c);
-      auto it = chip ? st.monitored.find(chip.address()) : st.monitored.end();
-      if (!chip || (it != st.monitored.end() && it->second < 0)) {
-        self->delayed_send(self, detail::micros(0.01), step_atom::value);
-        return;
-      }
-    }
-  }
   self->become(stepping(self));
   st.step_started = run_time(self);
   // The island's batch of the step (train.batch windows), split among its chips; a dead chip's
   // share is missing from this step (the others' gradients are weighted by their tokens).
   Batch batch;
   st.data->next(rt.cfg.train.batch, rt.cfg.model.seq_len, batch);
-  for (int c = 0; c < C; ++c) {
-    auto chip = rt.dir.chip(i, c);
-    if (!chip) continue;
-    if (!st.monitored.count(chip.address())) {
-      st.monitored[chip.address()] = c;
-      self->monitor(chip);
-    } else if (st.monitored[chip.address()] < 0) {
-      continue;  // known dead; its restart will have a new handle
-    }
-    st.waiting[c] = chip;
-    self->send(chip, compute_atom::value,
-               ChipWork{st.core->step() + 1, st.core->shared_params(), std::make_shared<Batch>(chip_share(batch, c, C))});
-  }
-  if (st.waiting.empty()) finish_step(self);
+  st.chips->hand_out(self, rt.dir, st.core->step() + 1, st.core->shared_params(), batch);
+  if (st.chips->complete()) finish_step(self);
 }
 
 /// After a step (`stepped`: one was taken; false: no chip answered), back in training: report it,
 /// account for it, send what is due, fire step faults, go on.
-void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int answered, bool send_fragments) {
+void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int answered) {
   auto& st = self->state;
   auto& rt = *st.rt;
   const int i = st.island;
@@ -263,7 +218,7 @@ void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int 
     if (st.syncer) {
       detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
-      for (int p : send_fragments ? st.core->due() : std::vector<int>{})
+      for (int p : st.core->due())
         if (!send_fragment(self, p)) return;
     }
     fire_step_faults(self, rt, i, step);
@@ -277,73 +232,31 @@ void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int 
   else next_step(self);
 }
 
-/// Every chip asked in this step answered or died: combine their gradients and take the step
-/// (ddp: send the island's gradient to the server and go on stepping until its answer).
+/// Every chip asked in this step answered or died: combine their gradients and take the step.
 void finish_step(Self self) {
   auto& st = self->state;
   auto& rt = *st.rt;
   const int i = st.island;
-  std::vector<ChipGradient> g;
-  for (const auto& r : st.results) g.push_back({*r.grads, r.tokens, r.loss});
-  const int answered = static_cast<int>(st.results.size());
-  const double seconds = run_time(self) - st.step_started;
-  if (rt.ddp()) {
-    if (answered < rt.cfg.islands.chips_of(i)) {
-      // A chip died during the step: in synchronous data parallel the step is lost for all.
-      st.results.clear();
-      self->become(training(self));
-      self->delayed_send(self, detail::micros(0.01), step_atom::value);
-      return;
-    }
-    // Send the island's gradient and wait for the server's step (global_atom).
-    st.ddp_loss = combine_chips(g, st.ddp_grad, st.ddp_tokens);
-    st.ddp_chips = answered;
-    st.results.clear();
-    auto frame = gradient_frame(i, static_cast<std::uint64_t>(st.core->step()), st.ddp_tokens, st.ddp_grad);
-    if (!frame && frame.error().code == errc::non_finite)  // doing the step again would give the same NaN
-      return halt_diverged(self, 0,
-                           "island " + std::to_string(i) + " diverged: its gradient of step " +
-                               std::to_string(st.core->step() + 1) + " holds NaN or infinity (loss " +
-                               std::to_string(st.ddp_loss) + ")");
-    if (!frame || !st.syncer) {
-      // Nobody to send to (or nothing computed): the step is lost, do it again.
-      self->become(training(self));
-      self->delayed_send(self, detail::micros(0.01), step_atom::value);
-      return;
-    }
-    rt.account([&](GoodputMeter& m) {
-      m.step(i, answered, seconds);
-      m.sent(i, 0);
-    });
-    rt.counters.bytes_sent += frame->size();
-    st.ddp_waiting = true;
-    detail::send_over_link(self, rt, i, true, st.syncer, grad_atom::value, detail::to_wire(*frame));
-    return;
-  }
+  const auto results = st.chips->collect();
+  const auto g = gradients_of(results);
+  const int answered = static_cast<int>(results.size());
   const long before = st.core->step();
   const double loss = st.core->apply_gradient(g);
   std::uint64_t tokens = 0;
   for (const auto& x : g) tokens += x.tokens;
-  st.results.clear();
   self->become(training(self));
   if (const auto& h = st.core->health(); !h) return halt_diverged(self, -1, h.error().reason);
   const bool stepped = st.core->step() > before;  // false: no chip answered
   // The chips' time on this step runs until the island's AdamW step is taken.
   const double step_s = run_time(self) - st.step_started;
   if (stepped) rt.account([&](GoodputMeter& m) { m.step(i, answered, step_s); });
-  after_step(self, stepped, loss, tokens, answered, true);
+  after_step(self, stepped, loss, tokens, answered);
 }
-
-/// What a welcome did to the island.
-enum class Welcome {
-  refused,     // not a JoinReply (counted and reported)
-  healed,      // healed (or re-based) from the syncer's fragments
-  step_voided, // ddp: took the server's parameters, so the step in flight is void
-};
 
 /// The syncer's JoinReply: heal from it (a first join adopts the global fragments; a re-join of
 /// a restarted syncer keeps the local progress and re-bases), and count the island as live.
-Welcome take_welcome(Self self, const WireFrame& w, bool rejoin) {
+/// Returns whether it was taken (false: refused, counted and reported).
+bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   auto& st = self->state;
   auto& rt = *st.rt;
   const int i = st.island;
@@ -351,18 +264,11 @@ Welcome take_welcome(Self self, const WireFrame& w, bool rejoin) {
   if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
     detail::refuse(self, rt, "island " + std::to_string(i) + ": welcome: " +
                                  (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
-    return Welcome::refused;
+    return false;
   }
   st.join_inflight = false;
   const auto& reply = std::get<JoinReply>(*msg);
-  // ddp replicas are the server's parameters, always; the others keep their local progress.
-  st.core->heal(reply, /*keep_local=*/rejoin && !rt.ddp());
-  auto result = Welcome::healed;
-  if (rt.ddp() && !reply.fragments.empty()) {
-    st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
-    st.ddp_waiting = false;
-    result = Welcome::step_voided;
-  }
+  st.core->heal(reply, /*keep_local=*/rejoin);
   st.left = false;  // the syncer counts on a joining island until it says it finished
   rt.island_live[static_cast<std::size_t>(i)] = st.incarnation;
   if (!*st.live) {
@@ -371,27 +277,6 @@ Welcome take_welcome(Self self, const WireFrame& w, bool rejoin) {
     rt.account([&](GoodputMeter& g) { g.alive(n, run_time(self)); });
   }
   rt.emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
-  return result;
-}
-
-/// ddp: the server's parameters of a newer step. Returns whether they were taken (heal and
-/// resume at that step); older ones are ignored, a frame that is no fragment refused.
-bool take_server_params(Self self, const WireFrame& w) {
-  auto& st = self->state;
-  auto msg = decode_message(detail::bytes_of(w));
-  if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) {
-    detail::refuse(self, *st.rt, "island " + std::to_string(st.island) + ": parameters: " +
-                                     (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
-    return false;
-  }
-  auto& fm = std::get<FragmentMessage>(*msg);
-  if (fm.header.kind != FragmentKind::global_params ||
-      fm.header.base_round <= static_cast<std::uint64_t>(st.core->step()))
-    return false;
-  JoinReply r;
-  r.fragments.push_back(std::move(fm));
-  st.core->heal(r, false);
-  st.core->resume_at(static_cast<long>(r.fragments[0].header.base_round));
   return true;
 }
 
@@ -418,7 +303,7 @@ caf::behavior joining(Self self) {
   return {
       [=](join_atom) { retry_join(self, false); },
       [=](welcome_atom, const WireFrame& w) {
-        if (take_welcome(self, w, /*rejoin=*/false) == Welcome::refused) return;
+        if (!take_welcome(self, w, /*rejoin=*/false)) return;
         self->become(training(self));
         next_step(self);
       },
@@ -435,58 +320,34 @@ caf::behavior training(Self self) {
   return {
       [=](join_atom) { retry_join(self, true); },
       [=](welcome_atom, const WireFrame& w) {
-        if (take_welcome(self, w, /*rejoin=*/true) != Welcome::refused) next_step(self);
+        if (take_welcome(self, w, /*rejoin=*/true)) next_step(self);
       },
       [=](step_atom) { next_step(self); },
       [=](const ChipResult&) {},  // of a step that is over
       [=](global_atom, const WireFrame& w) {
-        auto& rt = *self->state.rt;
-        if (rt.ddp()) {
-          if (take_server_params(self, w)) after_step(self, false, std::nan(""), 0, 0, false);
-          return;
-        }
         take_broadcast(self, w, true);
-        if (rt.synchronous()) next_step(self);  // if it was waiting
+        if (self->state.rt->synchronous()) next_step(self);  // if it was waiting
       },
   };
 }
 
-/// Stepping: the chips compute the step; it is taken when every chip asked answered or died
-/// (ddp: and the server sent the parameters of the next step).
+/// Stepping: the chips compute the step; it is taken when every chip asked answered or died.
 caf::behavior stepping(Self self) {
   self->set_down_handler([self](caf::down_msg& m) {
     if (syncer_lost(self, m)) ask_to_join(self, true);
-    else if (chip_lost(self, m) && self->state.waiting.empty()) finish_step(self);
+    else if (self->state.chips->lost(m) && self->state.chips->complete()) finish_step(self);
   });
   return {
       [=](join_atom) { retry_join(self, true); },
       [=](welcome_atom, const WireFrame& w) {
-        if (take_welcome(self, w, /*rejoin=*/true) != Welcome::step_voided) return;
-        self->become(training(self));
-        next_step(self);
+        take_welcome(self, w, /*rejoin=*/true);  // heals in place; the step goes on
       },
       [=](step_atom) {},
       [=](const ChipResult& r) {
-        auto& st = self->state;
-        if (r.step != st.core->step() + 1 || !st.waiting.erase(r.chip)) return;
-        st.results.push_back(r);
-        if (st.waiting.empty()) finish_step(self);
+        auto& chips = *self->state.chips;
+        if (chips.take(r) && chips.complete()) finish_step(self);
       },
-      [=](global_atom, const WireFrame& w) {
-        auto& st = self->state;
-        if (!st.rt->ddp()) {
-          take_broadcast(self, w, true);
-          return;
-        }
-        if (!take_server_params(self, w)) return;
-        // A step the island took part in: its loss and tokens count. (Steps it missed while it
-        // was down were taken without it: in ddp that cannot happen, the server waits for everyone.)
-        const bool mine = st.ddp_waiting;
-        st.ddp_waiting = false;
-        self->become(training(self));
-        after_step(self, mine, mine ? st.ddp_loss : std::nan(""), mine ? st.ddp_tokens : 0, mine ? st.ddp_chips : 0,
-                   false);
-      },
+      [=](global_atom, const WireFrame& w) { take_broadcast(self, w, true); },
   };
 }
 
@@ -497,14 +358,14 @@ caf::behavior finishing(Self self) {
   return {
       [=](join_atom) { retry_join(self, false); },
       [=](welcome_atom, const WireFrame& w) {
-        if (take_welcome(self, w, /*rejoin=*/true) == Welcome::refused) return;
+        if (!take_welcome(self, w, /*rejoin=*/true)) return;
         self->state.resend = true;  // the new syncer may lack what was sent
         wind_down(self);
       },
       [=](step_atom) {},
       [=](const ChipResult&) {},
       [=](global_atom, const WireFrame& w) {
-        if (self->state.rt->ddp() ? take_server_params(self, w) : take_broadcast(self, w, false)) wind_down(self);
+        if (take_broadcast(self, w, false)) wind_down(self);
       },
   };
 }
@@ -545,6 +406,7 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   st.core = std::make_unique<IslandCore>(rt->layout_model->layout(), rt->plan, s, c.inner, rt->initial);
   st.core->resume_at(rt->island_steps[static_cast<std::size_t>(i)]);
   st.data = rt->corpus.shard(i, c.train.islands);
+  st.chips = std::make_unique<ChipPool>(i, c.islands.chips_of(i));
   {
     // A restarted island goes on where its shard was, not from its start: every step drew one
     // batch (whichever chips were alive), so the stream is skipped by as many.

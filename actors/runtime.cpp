@@ -10,7 +10,9 @@
 #include <caf/event_based_actor.hpp>
 
 #include "diloco/actors/chip.hpp"
+#include "diloco/actors/ddp_replica.hpp"
 #include "diloco/actors/island.hpp"
+#include "diloco/actors/param_server.hpp"
 #include "diloco/actors/syncer.hpp"
 #include "detail.hpp"
 #include "diloco/budget.hpp"
@@ -170,10 +172,12 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
   rt->t0 = detail::now_s(sys.clock());
   // A unit under repair (faults.hpp) is started by its supervisor but registers itself only when
   // the repair is over; until then the others find its dead predecessor and carry on without it.
+  // train.mode "ddp" runs its own protocol: the parameter server in the syncer's place and a ddp
+  // replica in each island's.
   std::vector<Child> root_children;
   if (what.syncer)
     root_children.push_back(Child{ChildSpec{"syncer", Restart::permanent, 1.0}, [rt](caf::event_based_actor* sup) {
-                                    auto a = spawn_syncer(sup, rt);
+                                    auto a = rt->ddp() ? spawn_param_server(sup, rt) : spawn_syncer(sup, rt);
                                     if (detail::now_s(sup) >= rt->windows.syncer_back()) rt->dir.set_syncer(a);
                                     return a;
                                   }});
@@ -181,7 +185,7 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
     if (!what.all_islands && std::find(what.islands.begin(), what.islands.end(), i) == what.islands.end()) continue;
     std::vector<Child> kids;
     kids.push_back(Child{ChildSpec{"island", Restart::permanent, 1.0}, [rt, i](caf::event_based_actor* sup) {
-                           auto a = spawn_island(sup, rt, i);
+                           auto a = rt->ddp() ? spawn_ddp_replica(sup, rt, i) : spawn_island(sup, rt, i);
                            rt->dir.set_island(i, a);
                            return a;
                          }});

@@ -16,7 +16,6 @@
 #include <spdlog/spdlog.h>
 
 #include "detail.hpp"
-#include "diloco/ddp.hpp"
 #include "diloco/syncer_core.hpp"
 
 namespace diloco::actors {
@@ -31,7 +30,6 @@ namespace {
 
 struct SyncerState {
   std::unique_ptr<SyncerCore> core;
-  std::shared_ptr<DdpServer> ddp;          // train.mode "ddp": the parameter server instead
   // Goodput: frames accepted per (island, fragment) since its last commit. A newer frame of an
   // island supersedes its pending one and carries its work, so a commit settles all of them.
   std::map<std::pair<int, int>, int> accepted;
@@ -42,17 +40,6 @@ struct SyncerState {
   std::uint64_t reported_round = 0;
   double pending_tick = std::numeric_limits<double>::infinity();
 };
-
-/// Publishes new global parameters to the app (rt.global, rt.new_rounds).
-void publish_global(Runtime& rt, std::span<const float> params, std::uint64_t round, bool new_round) {
-  std::lock_guard lk(rt.global_mu);
-  rt.global.assign(params.begin(), params.end());
-  if (new_round && round > rt.global_round) {
-    rt.new_rounds.emplace_back(round, rt.global);
-    if (rt.new_rounds.size() > Runtime::max_new_rounds) rt.new_rounds.pop_front();
-  }
-  rt.global_round = std::max(rt.global_round, round);
-}
 
 /// The islands of the run as the syncer core counts them: the registered ones and those that
 /// finished (a finished island stays finished when it goes away, until it joins again): a merge's
@@ -102,35 +89,8 @@ double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Fram
   return t_link;
 }
 
-/// ddp: when every island's gradient is in, step and send everyone the new parameters.
-void syncer_ddp_poll(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
-  auto& st = self->state;
-  auto step = st.ddp->poll();
-  if (!step) return;
-  const double now = detail::now_s(self);
-  auto frame = st.ddp->params_frame();
-  if (!frame)  // NaN or infinity in the parameters: the islands would wait for them forever
-    return self->become(syncer_halt(self, rt, Event::Kind::diverged, 0,
-                                    "the parameter server diverged at step " + std::to_string(*step) + ": " +
-                                        frame.error().message()));
-  broadcast(self, rt, *frame);
-  std::vector<int> all;
-  for (int i = 0; i < rt.cfg.train.islands; ++i) all.push_back(i);
-  rt.account([&](GoodputMeter& g) {
-    for (int i : all) g.merged(i, 0);
-    g.commit(now - rt.t0.load());
-  });
-  ++rt.counters.commits;
-  rt.emit(Event::committed(now, *step, 0, rt.cfg.train.islands, all));
-  // Reports once per H steps, like the reference loop (a global round of ddp is H steps).
-  const auto H = static_cast<std::uint64_t>(rt.cfg.train.H);
-  const bool report = *step % H == 0 || *step == static_cast<std::uint64_t>(rt.cfg.train.steps);
-  if (report) publish_global(rt, st.ddp->params(), (*step + H - 1) / H, true);
-}
-
 void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   auto& st = self->state;
-  if (st.ddp) return syncer_ddp_poll(self, rt);
   const double now = detail::now_s(self);
   const auto t_begin = std::chrono::steady_clock::now();
   double t_link = 0.0;
@@ -165,7 +125,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     st.t_sync = st.t_sync == 0.0 ? t : 0.9 * st.t_sync + 0.1 * t;
     st.core->set_timing(st.t_step, st.t_sync);
   }
-  if (!commits.empty()) publish_global(rt, st.core->params(), st.core->global_round(), true);
+  if (!commits.empty()) detail::publish_global(rt, st.core->params(), st.core->global_round(), true);
   if (st.core->snapshot_due()) {
     auto cp = st.core->snapshot();
     if (!rt.cfg.syncer.checkpoint.empty()) {
@@ -210,34 +170,22 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   // islands find the dead predecessor and keep training on their own.
   if (const double now = detail::now_s(self), back = rt->windows.syncer_back(); now < back)
     self->delayed_send(self, detail::micros(back - now), repaired_atom::value);
-  if (rt->ddp()) {
-    // The parameter server's state lives on across restarts in this process; the gradients of
-    // the step in flight are gone with the old actor and the islands send them again.
-    if (!rt->ddp_server)
-      rt->ddp_server = std::make_shared<DdpServer>(rt->layout_model->layout(), rt->initial, c.inner, c.train.islands);
-    st.ddp = rt->ddp_server;
-    st.ddp->clear_pending();
-    if (++rt->syncer_starts > 1)
-      rt->emit(Event::restored(detail::now_s(self), st.ddp->step(), "ddp server state kept in memory"));
-  }
   // Restart: resume from the last snapshot (the file when configured and present, else memory).
   // A state file that cannot be resumed from stops the run, at the first start as at a restart:
   // starting over it would throw the run's rounds away and overwrite it at the next snapshot.
   std::optional<Checkpoint> cp;
-  if (!rt->ddp()) {
-    if (!c.syncer.checkpoint.empty()) {
-      auto got = load_syncer_state(c.syncer.checkpoint, rt->layout_model->layout(), rt->plan, c.train.islands);
-      if (!got)
-        return syncer_halt(self, *rt, Event::Kind::unusable_state, -1,
-                           "unusable syncer state file, refusing to start over it: " + got.error().message());
-      cp = std::move(*got);
-    }
-    if (!cp) {
-      std::lock_guard lk(rt->snap_mu);
-      cp = rt->last_snapshot;
-    }
+  if (!c.syncer.checkpoint.empty()) {
+    auto got = load_syncer_state(c.syncer.checkpoint, rt->layout_model->layout(), rt->plan, c.train.islands);
+    if (!got)
+      return syncer_halt(self, *rt, Event::Kind::unusable_state, -1,
+                         "unusable syncer state file, refusing to start over it: " + got.error().message());
+    cp = std::move(*got);
   }
-  const bool restart = !rt->ddp() && ++rt->syncer_starts > 1;
+  if (!cp) {
+    std::lock_guard lk(rt->snap_mu);
+    cp = rt->last_snapshot;
+  }
+  const bool restart = ++rt->syncer_starts > 1;
   if (cp) {
     if (auto ok = st.core->restore(*cp); !ok)
       return syncer_halt(self, *rt, Event::Kind::unusable_state, -1,
@@ -285,9 +233,9 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         st.islands[id] = who;
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
-        auto reply = detail::to_wire(encode_message(st.ddp ? st.ddp->join_reply() : st.core->join_reply()));
+        auto reply = detail::to_wire(encode_message(st.core->join_reply()));
         rt->counters.bytes_sent += reply.bytes.size();
-        rt->emit(Event::joined(detail::now_s(self), id, st.ddp ? st.ddp->step() : st.core->global_round()));
+        rt->emit(Event::joined(detail::now_s(self), id, st.core->global_round()));
         detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
       },
       [=](progress_atom, const WireFrame& w) {
@@ -301,7 +249,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (id < 0 || id >= rt->cfg.train.islands)
           return detail::refuse(self, *rt, "syncer: progress of island " + std::to_string(id) + ", not an island of the run");
         const double now = detail::now_s(self);
-        if (st.core && !st.ddp) st.core->heard(id, pm.local_step);
+        st.core->heard(id, pm.local_step);
         if (pm.diverged) {
           // The island's state holds NaN or infinity: the run cannot go on (as for the syncer's own).
           const std::string why = "island " + std::to_string(id) + " reported that it diverged at step " +
@@ -313,31 +261,18 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (pm.finished) {
           // The island trained its budget and sent its last contributions: rounds stop
           // waiting for it, so those commit even below the quorum.
-          if (st.core && !st.ddp) {
-            set_finished(st, *rt, id, true);
-            syncer_after_receive(self, *rt);
-          }
+          set_finished(st, *rt, id, true);
+          syncer_after_receive(self, *rt);
           return;
         }
         if (auto it = st.last_progress.find(id); it != st.last_progress.end() && now > it->second)
           st.t_step = st.t_step == 0.0 ? now - it->second : 0.9 * st.t_step + 0.1 * (now - it->second);
         st.last_progress[id] = now;
-        if (st.core) st.core->set_timing(st.t_step, st.t_sync);
+        st.core->set_timing(st.t_step, st.t_sync);
       },
       [=](repaired_atom) { rt->dir.set_syncer(caf::actor_cast<caf::actor>(self)); },
-      [=](grad_atom, const WireFrame& w) {
-        auto& st = self->state;
-        if (!st.ddp) return;
-        auto got = st.ddp->receive(detail::bytes_of(w));
-        if (!got) {
-          ++rt->counters.rejected;
-          rt->emit(Event::refused(detail::now_s(self), got.error().message()));
-          return;
-        }
-        syncer_after_receive(self, *rt);
-      },
+      [](grad_atom, const WireFrame&) {},  // ddp's, not of this protocol (param_server.cpp)
       [=](fragment_atom, const WireFrame& w) {
-        if (!self->state.core || self->state.ddp) return;
         auto got = self->state.core->receive(detail::bytes_of(w), detail::now_s(self));
         if (!got) {
           const bool stale = got.error().code == errc::stale_round;
