@@ -47,7 +47,7 @@ using global_atom = caf::atom_constant<caf::atom("dl_global")>;    // syncer →
 using progress_atom = caf::atom_constant<caf::atom("dl_prog")>;    // island → syncer: ProgressMessage frame
 using tick_atom = caf::atom_constant<caf::atom("dl_tick")>;        // syncer → itself: grace deadline
 using repaired_atom = caf::atom_constant<caf::atom("dl_repair")>;  // unit → itself: repair time is over
-using grad_atom = caf::atom_constant<caf::atom("dl_grad")>;        // ddp: island → syncer: gradient frame
+using grad_atom = caf::atom_constant<caf::atom("dl_grad")>;        // ddp: replica → parameter server: gradient frame
 
 /// One micro-batch for one chip. Purely in-process (island and chips share a process): the
 /// parameters are the island's read-only vector, never copied per step. Never crosses a site.

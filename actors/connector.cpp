@@ -1,0 +1,201 @@
+// A site's side across processes: the connector dials the syncer through the site's front door,
+// proves the site's identity, puts the relay it is given where the islands find their syncer,
+// heartbeats, and on any loss reconnects with capped exponential back-off.
+#include "diloco/actors/remote.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+#include <spdlog/spdlog.h>
+
+#include "detail.hpp"
+#include "diloco/actors/identity.hpp"
+#include "session_protocol.hpp"
+
+namespace diloco::actors {
+
+namespace {
+
+using namespace session;
+
+// ---- connector: a site process's link to the syncer ----
+
+struct ConnectorState {
+  ConnectorState() = default;  // not State(self): see RelayState in gateway.cpp
+  caf::actor gateway;
+  caf::actor relay;
+  bool dialing = false;
+  int failures = 0;
+  std::uint64_t sequence = 0;
+  double last_echo = 0.0;
+  int sessions = 0;
+};
+
+caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::shared_ptr<Runtime> rt,
+                              ConnectorOptions o) {
+  detail::guard(self, "connector " + o.site);
+  const auto& net = rt->cfg.net;
+  const std::string where =
+      o.syncer_label.empty() ? o.syncer.host + ":" + std::to_string(o.syncer.port) : o.syncer_label;
+  std::string why;
+  const Bytes cert = o.tls ? read_bytes(o.cert_file, &why) : Bytes{};
+  if (o.tls && cert.empty()) throw std::runtime_error(why);
+  auto log = [o](const std::string& s) {
+    if (o.log) o.log(s);
+  };
+  // Capped exponential back-off: initial · 2^(failures−1), at most reconnect_max_ms.
+  auto retry = [self, net, log, o](const std::string& what) {
+    auto& st = self->state;
+    st.dialing = false;
+    ++st.failures;
+    if (o.max_attempts > 0 && st.failures >= o.max_attempts) {
+      log("giving up after " + std::to_string(st.failures) + " failed attempts: " + what);
+      if (o.on_give_up) o.on_give_up();
+      self->quit();
+      return;
+    }
+    const double d = std::min(net.reconnect_max_ms, net.reconnect_initial_ms * std::pow(2.0, st.failures - 1));
+    log(what + "; retrying in " + std::to_string(static_cast<int>(d)) + " ms");
+    self->delayed_send(self, ms(d), redial_atom::value);
+  };
+  auto lose = [self, rt, log](const std::string& what) {
+    auto& st = self->state;
+    if (st.relay) {
+      self->demonitor(st.relay);
+      st.relay = caf::actor{};
+      rt->dir.set_syncer(caf::actor{});  // islands keep training and re-join the next relay
+      log("session lost: " + what);
+    }
+  };
+  auto authenticate = [=](caf::actor gw) {
+    self->request(gw, std::chrono::seconds(10), hello_atom::value, o.site, frame_of(cert))
+        .then(
+            [=](const WireFrame& nonce) {
+              std::string err;
+              Bytes sig;
+              if (o.tls) {
+                sig = sign_with_key(o.key_file, challenge_message(o.site, nonce.bytes), &err);
+                if (sig.empty()) {
+                  retry("cannot sign the challenge: " + err);
+                  return;
+                }
+              }
+              self->request(gw, std::chrono::seconds(10), prove_atom::value, frame_of(sig))
+                  .then(
+                      [=](SiteSession& s) {
+                        auto& st = self->state;
+                        st.dialing = false;
+                        st.failures = 0;
+                        if (!s.relay) {
+                          retry("session without a relay");
+                          return;
+                        }
+                        st.relay = s.relay;
+                        self->monitor(st.relay);
+                        st.last_echo = detail::now_s(self);
+                        ++st.sessions;
+                        rt->dir.set_syncer(st.relay);
+                        log("session " + std::to_string(st.sessions) + " with the syncer at " + where +
+                            (o.tls ? " (mutual TLS, site proven)" : " (INSECURE)"));
+                        if (o.on_session) o.on_session(s);
+                      },
+                      [=](caf::error& e) { retry("refused by the syncer: " + self->system().render(e)); });
+            },
+            [=](caf::error& e) { retry("hello failed: " + self->system().render(e)); });
+  };
+  auto dial = [=] {
+    auto& st = self->state;
+    if (st.dialing || st.relay) return;
+    st.dialing = true;
+    if (st.gateway) {
+      authenticate(st.gateway);
+      return;
+    }
+    auto mm = self->system().middleman().actor_handle();
+    self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, o.syncer.host, o.syncer.port)
+        .then(
+            [=](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) {
+              if (!p) {
+                retry("nothing published at " + where);
+                return;
+              }
+              auto gw = caf::actor_cast<caf::actor>(std::move(p));
+              self->state.gateway = gw;
+              self->monitor(gw);
+              authenticate(gw);
+            },
+            [=](caf::error& e) { retry("cannot connect to " + where + ": " + self->system().render(e)); });
+  };
+  self->set_down_handler([=](caf::down_msg& m) {
+    auto& st = self->state;
+    if (st.gateway && m.source == st.gateway.address()) {
+      st.gateway = caf::actor{};
+      lose("connection to the syncer closed (" + self->system().render(m.reason) + ")");
+    } else if (st.relay && m.source == st.relay.address()) {
+      lose("the syncer closed the session (" + self->system().render(m.reason) + ")");
+    } else {
+      return;
+    }
+    if (!st.dialing) retry("reconnecting");
+  });
+  self->send(self, redial_atom::value);
+  self->delayed_send(self, ms(net.heartbeat_ms), pulse_atom::value);
+  return {
+      [=](redial_atom) { dial(); },
+      [=](pulse_atom) {
+        auto& st = self->state;
+        const double now = detail::now_s(self);
+        if (st.relay) {
+          if (now - st.last_echo > net.timeout_ms / 1000.0) {
+            lose("no heartbeat from the syncer for " + std::to_string(static_cast<int>((now - st.last_echo) * 1000)) +
+                 " ms");
+            if (!st.dialing) retry("reconnecting");
+          } else {
+            Heartbeat hb{site_index(rt->cfg, o.site), ++st.sequence,
+                         static_cast<std::uint64_t>(std::max(0.0, now) * 1e9)};
+            self->send(st.relay, beat_atom::value, detail::to_wire(encode_message(hb)));
+          }
+        }
+        self->delayed_send(self, ms(net.heartbeat_ms), pulse_atom::value);
+      },
+      [=](beat_atom, const WireFrame& w) {
+        auto msg = decode_message(detail::bytes_of(w));
+        if (!msg || !std::holds_alternative<Heartbeat>(*msg) || std::get<Heartbeat>(*msg).sender != syncer_id) return;
+        auto from = self->current_sender();
+        if (self->state.relay && from && from->address() == self->state.relay.address())
+          self->state.last_echo = detail::now_s(self);
+      },
+  };
+}
+}  // namespace
+
+std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& syncer, const TlsFiles* tls, NetLog log) {
+  DoorOptions d;
+  d.role = DoorOptions::Role::site;
+  d.listen = Endpoint{"127.0.0.1", 0};
+  d.forward = syncer;
+  if (tls) d.tls = *tls;
+  d.peers = {cfg.net.syncer_name};
+  d.admission.handshake_s = cfg.net.handshake_ms / 1000.0;
+  d.log = std::move(log);
+  return Door::open(std::move(d));
+}
+
+caf::actor spawn_connector(caf::actor_system& sys, std::shared_ptr<Runtime> rt, ConnectorOptions o) {
+  return sys.spawn(connector_actor, std::move(rt), std::move(o));
+}
+
+}  // namespace diloco::actors

@@ -1,0 +1,264 @@
+// The syncer's side across processes: the gateway, the one actor a syncer process publishes (on
+// loopback, behind the front door), which proves a site's identity and hands out relays; one relay
+// per site session, which checks every frame's sender and island before it reaches the syncer.
+#include "diloco/actors/remote.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+#include <spdlog/spdlog.h>
+
+#include "detail.hpp"
+#include "diloco/actors/identity.hpp"
+#include "session_protocol.hpp"
+
+namespace diloco::actors {
+
+namespace {
+
+using namespace session;
+
+// ---- relay: one per authenticated site session, in the syncer process ----
+
+// A declared constructor: CAF 0.17 builds the state as State(self) whenever that compiles, and
+// C++20's parenthesised aggregate initialisation would then set the first handle to self.
+struct RelayState {
+  RelayState() = default;
+  caf::actor syncer;
+  caf::actor connector;
+  std::map<int, caf::actor_addr> joined;  // island → its proxy (for a heartbeat loss)
+  double last_heard = 0.0;
+  bool closing = false;
+};
+
+caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr<Runtime> rt, int site,
+                          caf::actor syncer, caf::actor connector, NetLog log) {
+  detail::guard(self, "relay " + site_name(rt->cfg, site));
+  auto& st = self->state;
+  st.syncer = syncer;
+  st.connector = connector;
+  st.last_heard = detail::now_s(self);
+  self->monitor(syncer);
+  self->monitor(connector);
+  const std::string name = site_name(rt->cfg, site);
+  const auto mine = islands_of_site(rt->cfg, site);
+  const caf::node_id peer = connector.node();
+  // Counted and reported as the syncer's own refusals are (the app prints rejected events).
+  auto refuse = [self, rt, name](const std::string& why) {
+    ++rt->counters.rejected;
+    rt->emit(Event::refused(detail::now_s(self), "site " + name + "'s session: " + why));
+  };
+  // The island a frame speaks for, if its sender is the site's process and the island is the site's.
+  auto admit = [self, mine, peer, name, refuse](const WireFrame& w, MessageType want) -> int {
+    auto from = self->current_sender();
+    if (!from || from->node() != peer) {
+      refuse("sender is not on site " + name + "'s node");
+      return -1;
+    }
+    auto msg = decode_message(detail::bytes_of(w));
+    if (!msg) {
+      refuse(msg.error().message());
+      return -1;
+    }
+    if (type_of(*msg) != want) {
+      refuse("unexpected " + std::string(to_string(type_of(*msg))) + " message");
+      return -1;
+    }
+    int island = -1;
+    if (auto* j = std::get_if<JoinRequest>(&*msg)) island = j->island;
+    else if (auto* p = std::get_if<ProgressMessage>(&*msg)) island = p->island;
+    else if (auto* f = std::get_if<FragmentMessage>(&*msg)) island = f->header.island;
+    if (std::find(mine.begin(), mine.end(), island) == mine.end()) {
+      refuse("island " + std::to_string(island) + " does not belong to site " + name);
+      return -1;
+    }
+    return island;
+  };
+  auto close = [self, rt, name, log](const std::string& why, caf::sec code) {
+    auto& st = self->state;
+    if (st.closing) return;
+    st.closing = true;
+    // The syncer learns of a lost connection from its monitors; a silent site is lost by this
+    // decision, so tell it as the monitors would.
+    if (code == caf::sec::connection_timeout)
+      for (auto& [i, addr] : st.joined) self->send(st.syncer, caf::down_msg{addr, caf::make_error(code, why)});
+    if (log) log("site " + name + " lost: " + why);
+    self->quit(caf::make_error(code, why));
+  };
+  self->set_down_handler([self, name, close](caf::down_msg& m) {
+    if (m.source == self->state.syncer.address()) close("the syncer restarted", caf::sec::runtime_error);
+    else if (m.source == self->state.connector.address())
+      close("connection to " + name + " closed (" + self->system().render(m.reason) + ")",
+            caf::sec::remote_linking_failed);
+  });
+  const double timeout = rt->cfg.net.timeout_ms / 1000.0;
+  self->delayed_send(self, ms(rt->cfg.net.heartbeat_ms), pulse_atom::value);
+  return {
+      [=](join_atom a, WireFrame& w) {
+        const int i = admit(w, MessageType::join_request);
+        if (i < 0) return;
+        self->state.joined[i] = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        self->delegate(self->state.syncer, a, std::move(w));
+      },
+      [=](progress_atom a, WireFrame& w) {
+        const int i = admit(w, MessageType::progress);
+        if (i < 0) return;
+        // The last step heard of, for a restarted site process to resume from.
+        if (auto msg = decode_message(detail::bytes_of(w)); msg)
+          if (auto* p = std::get_if<ProgressMessage>(&*msg)) {
+            auto& s = rt->island_steps[static_cast<std::size_t>(i)];
+            s = std::max<long>(s.load(), static_cast<long>(p->local_step));
+          }
+        self->delegate(self->state.syncer, a, std::move(w));
+      },
+      [=](fragment_atom a, WireFrame& w) {
+        if (admit(w, MessageType::fragment) < 0) return;
+        self->delegate(self->state.syncer, a, std::move(w));
+      },
+      [=](beat_atom, const WireFrame& w) {
+        auto from = self->current_sender();
+        auto msg = decode_message(detail::bytes_of(w));
+        if (!from || from->node() != peer || !msg || !std::holds_alternative<Heartbeat>(*msg)) {
+          refuse("bad heartbeat");
+          return;
+        }
+        self->state.last_heard = detail::now_s(self);
+        auto hb = std::get<Heartbeat>(*msg);
+        hb.sender = syncer_id;  // echo: the site measures the round trip with its own clock
+        self->send(self->state.connector, beat_atom::value, detail::to_wire(encode_message(hb)));
+      },
+      [=](pulse_atom) {
+        const double silent = detail::now_s(self) - self->state.last_heard;
+        if (silent > timeout) {
+          close("no heartbeat for " + std::to_string(static_cast<int>(silent * 1000)) + " ms",
+                caf::sec::connection_timeout);
+          return;
+        }
+        self->delayed_send(self, ms(rt->cfg.net.heartbeat_ms), pulse_atom::value);
+      },
+  };
+}
+
+// ---- gateway: the published actor; authenticates sites and hands out relays ----
+
+struct Pending {
+  std::string site;
+  Bytes cert;
+  Bytes nonce;
+};
+
+struct GatewayState {
+  std::map<caf::actor_addr, Pending> pending;  // by the connector asking
+  std::map<int, caf::actor> sessions;          // site → its live relay (erased when the relay ends)
+  std::map<int, caf::node_id> nodes;           // site → the node of its live session
+};
+
+caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
+  detail::guard(self, "gateway");
+  auto refuse = [self, rt](const std::string& why) {
+    ++rt->counters.rejected;
+    rt->emit(Event::refused(detail::now_s(self), why));
+    return caf::make_error(caf::sec::request_receiver_down, why);
+  };
+  // A relay ends with its session (connection closed, heartbeat lost, syncer restarted): the
+  // site is free for its next claimant.
+  self->set_down_handler([self](caf::down_msg& m) {
+    auto& ss = self->state.sessions;
+    for (auto it = ss.begin(); it != ss.end(); ++it)
+      if (it->second.address() == m.source) {
+        self->state.nodes.erase(it->first);
+        ss.erase(it);
+        return;
+      }
+  });
+  return {
+      [=](hello_atom, const std::string& site, const WireFrame& cert) -> caf::result<WireFrame> {
+        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        if (!from) return refuse("hello without a sender");
+        if (site_index(rt->cfg, site) < 0) return refuse("hello from unknown site '" + site + "'");
+        auto& p = self->state.pending;
+        if (p.size() >= 256) p.erase(p.begin());  // bounded: unanswered challenges are dropped
+        Pending x{site, cert.bytes, random_nonce()};
+        auto nonce = frame_of(x.nonce);
+        p[from] = std::move(x);
+        return nonce;
+      },
+      [=](prove_atom, const WireFrame& sig) -> caf::result<SiteSession> {
+        auto from = self->current_sender();
+        auto addr = caf::actor_cast<caf::actor_addr>(from);
+        auto it = self->state.pending.find(addr);
+        if (!from || it == self->state.pending.end()) return refuse("proof without a challenge");
+        const Pending x = std::move(it->second);
+        self->state.pending.erase(it);
+        if (!o.ca_file.empty()) {
+          auto why = verify_site_proof(o.ca_file, x.cert, x.site, challenge_message(x.site, x.nonce), sig.bytes);
+          if (!why.empty()) return refuse("site '" + x.site + "' not authenticated: " + why);
+        }
+        auto syncer = rt->dir.syncer();
+        if (!syncer) return caf::make_error(caf::sec::request_receiver_down, "the syncer is restarting");
+        const int site = site_index(rt->cfg, x.site);
+        auto& relay = self->state.sessions[site];
+        // One live session per site: a second claimant (another process for the same site) is
+        // refused until the first one's session ends; it never displaces it.
+        if (relay)
+          return refuse("site '" + x.site + "' already has a live session (from node " +
+                        caf::to_string(self->state.nodes[site]) + "); refused the claim from node " +
+                        caf::to_string(from->node()));
+        auto connector = caf::actor_cast<caf::actor>(from);
+        relay = self->spawn(relay_actor, rt, site, syncer, connector, o.log);
+        self->monitor(relay);
+        self->state.nodes[site] = from->node();
+        SiteSession s;
+        s.relay = relay;
+        for (int i : islands_of_site(rt->cfg, site)) {
+          s.islands.push_back(i);
+          s.steps.push_back(rt->island_steps[static_cast<std::size_t>(i)].load());
+          s.finished.push_back(rt->island_finished[static_cast<std::size_t>(i)].load() ? 1 : 0);
+        }
+        if (o.log)
+          o.log("site " + x.site + (o.ca_file.empty() ? " connected (insecure: identity not checked)"
+                                                      : " authenticated (certificate CN=" + x.site + ", key proven)") +
+                ", from node " + caf::to_string(from->node()));
+        return s;
+      },
+  };
+}
+
+}  // namespace
+
+std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at, std::uint16_t caf_port,
+                                       const TlsFiles* tls, NetLog log) {
+  DoorOptions d;
+  d.role = DoorOptions::Role::syncer;
+  d.listen = at;
+  d.forward = Endpoint{"127.0.0.1", caf_port};
+  if (tls) d.tls = *tls;
+  for (int s = 0; s < site_count(cfg); ++s) d.peers.push_back(site_name(cfg, s));
+  d.admission = {static_cast<std::size_t>(cfg.net.pending_per_address), static_cast<std::size_t>(cfg.net.pending_total),
+                 cfg.net.handshake_ms / 1000.0};
+  d.log = std::move(log);
+  return Door::open(std::move(d));
+}
+
+caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o) {
+  return sys.spawn(gateway_actor, std::move(rt), std::move(o));
+}
+
+caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway) {
+  return gateway.home_system().middleman().publish(gateway, 0, "127.0.0.1", true);
+}
+
+}  // namespace diloco::actors
