@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "detail.hpp"
+#include "membership.hpp"
 #include "diloco/actors/chip_pool.hpp"
 #include "diloco/ddp.hpp"
 #include "diloco/island_core.hpp"
@@ -29,9 +30,7 @@ struct ReplicaState {
   std::unique_ptr<IslandCore> core;  // holds the server's parameters and the step count
   std::unique_ptr<BatchSource> data;
   std::unique_ptr<ChipPool> chips;
-  caf::actor server;
-  bool join_inflight = false;        // a join request or retry is under way
-  caf::actor_addr dead_server;       // the server we saw die (the directory may still hold it)
+  Membership member;                // the parameter server it joined, its join requests
   int incarnation = 0;
   double step_started = 0.0;         // actor time the step in flight began (goodput)
   std::shared_ptr<bool> live;        // joined and not dead: counted in counters.live_islands
@@ -54,49 +53,23 @@ caf::behavior diverged(Self self);
 /// Seconds since the run started: the time base of the goodput meter.
 double run_time(Self self) { return detail::now_s(self) - self->state.rt->t0.load(); }
 
-/// Asks the server in the directory to join (one request at a time). With none alive yet, a
-/// replica that is training (`after_next_step`) asks again after its next step; any other on a timer.
+/// Asks the parameter server in the directory to join (Membership::ask).
 void ask_to_join(Self self, bool after_next_step) {
   auto& st = self->state;
-  auto& rt = *st.rt;
-  if (st.join_inflight) return;
-  auto s = rt.dir.syncer();
-  if (!s || s.address() == st.dead_server) {
-    if (after_next_step) return;
-    st.join_inflight = true;
-    self->delayed_send(self, detail::micros(0.01), join_atom::value);
-    return;
-  }
-  st.join_inflight = true;
-  if (s != st.server) {
-    st.server = s;
-    self->monitor(s);
-  }
-  JoinRequest jr{st.island, static_cast<std::uint64_t>(st.incarnation)};
-  detail::send_over_link(self, rt, st.island, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
+  st.member.ask(self, *st.rt, st.island, st.incarnation, after_next_step);
 }
 
 /// The join_atom of a retry timer: the request it stood for is over; ask again.
 void retry_join(Self self, bool after_next_step) {
-  self->state.join_inflight = false;
-  ask_to_join(self, after_next_step);
-}
-
-/// The server we joined died (true): forget it and re-join its successor.
-bool server_lost(Self self, const caf::down_msg& m) {
   auto& st = self->state;
-  if (!st.server || m.source != st.server.address()) return false;
-  st.dead_server = st.server.address();
-  st.join_inflight = false;
-  st.server = caf::actor{};
-  return true;
+  st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step);
 }
 
 /// Down messages outside the chips' work: a dead server is re-joined (`after_next_step`: see
 /// ask_to_join), a dead chip is noted.
 void watch(Self self, bool after_next_step) {
   self->set_down_handler([self, after_next_step](caf::down_msg& m) {
-    if (server_lost(self, m)) ask_to_join(self, after_next_step);
+    if (self->state.member.lost(m)) ask_to_join(self, after_next_step);
     else self->state.chips->lost(m);
   });
 }
@@ -109,10 +82,10 @@ void halt_diverged(Self self, const std::string& why) {
   rt.emit(Event::diverged_state(detail::now_s(self), st.island, 0, st.core->step(), why));
   spdlog::error("{}", why);
   rt.stop(why);
-  if (st.server) {
+  if (st.member.syncer) {
     auto pm = st.core->progress();
     pm.diverged = true;
-    detail::send_over_link(self, rt, st.island, true, st.server, progress_atom::value,
+    detail::send_over_link(self, rt, st.island, true, st.member.syncer, progress_atom::value,
                            detail::to_wire(encode_message(pm)));
   }
   self->become(diverged(self));
@@ -172,14 +145,14 @@ void send_gradient(Self self) {
     return halt_diverged(self, "island " + std::to_string(i) + " diverged: its gradient of step " +
                                    std::to_string(st.core->step() + 1) + " holds NaN or infinity (loss " +
                                    std::to_string(st.loss) + ")");
-  if (!frame || !st.server) return step_again(self);  // nobody to send to (or nothing computed)
+  if (!frame || !st.member.syncer) return step_again(self);  // nobody to send to (or nothing computed)
   rt.account([&](GoodputMeter& m) {
     m.step(i, st.answered, seconds);
     m.sent(i, 0);
   });
   rt.counters.bytes_sent += frame->size();
   self->become(awaiting(self));
-  detail::send_over_link(self, rt, i, true, st.server, grad_atom::value, detail::to_wire(*frame));
+  detail::send_over_link(self, rt, i, true, st.member.syncer, grad_atom::value, detail::to_wire(*frame));
 }
 
 /// Back in training after the server's step (`mine`: the replica's gradient was in it; false:
@@ -194,11 +167,11 @@ void after_step(Self self, bool mine) {
     rt.counters.tokens += st.tokens;
     rt.island_steps[static_cast<std::size_t>(i)] = step;
     rt.emit(Event::stepped(detail::now_s(self), i, step, st.answered, st.loss));
-    if (st.server)
-      detail::send_over_link(self, rt, i, true, st.server, progress_atom::value,
+    if (st.member.syncer)
+      detail::send_over_link(self, rt, i, true, st.member.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
     fire_step_faults(self, rt, i, step);
-    if (!st.server) ask_to_join(self, true);
+    if (!st.member.syncer) ask_to_join(self, true);
   }
   if (rt.budget_spent(step)) return finish(self);
   if (!mine) self->delayed_send(self, detail::micros(0.01), step_atom::value);
@@ -217,7 +190,7 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
                                  (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
     return false;
   }
-  st.join_inflight = false;
+  st.member.join_inflight = false;
   const auto& reply = std::get<JoinReply>(*msg);
   st.core->heal(reply, /*keep_local=*/false);  // replicas are the server's parameters, always
   if (!reply.fragments.empty()) st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
@@ -309,7 +282,7 @@ caf::behavior in_step(Self self, bool mine, const caf::message_handler& chip_rep
 /// goes to the server (send_gradient).
 caf::behavior computing(Self self) {
   self->set_down_handler([self](caf::down_msg& m) {
-    if (server_lost(self, m)) ask_to_join(self, true);
+    if (self->state.member.lost(m)) ask_to_join(self, true);
     else if (self->state.chips->lost(m) && self->state.chips->complete()) send_gradient(self);
   });
   return in_step(self, false, caf::message_handler{[=](const ChipResult& r) {

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "detail.hpp"
+#include "membership.hpp"
 #include "diloco/actors/chip_pool.hpp"
 #include "diloco/island_core.hpp"
 
@@ -31,9 +32,7 @@ struct IslandState {
   std::unique_ptr<BatchSource> data;
   bool left = false;     // winding down: told the current syncer it finished
   bool resend = false;   // finished, then re-joined a (restarted) syncer: send every fragment
-  caf::actor syncer;
-  bool join_inflight = false;                // a join request or retry is under way
-  caf::actor_addr dead_syncer;               // the syncer we saw die (the directory may still hold it)
+  Membership member;                // the syncer it joined, its join requests
   std::unique_ptr<ChipPool> chips;            // hands each step to the chips, gathers their replies
   int incarnation = 0;
   double step_started = 0.0;     // actor time the step in flight began (goodput)
@@ -53,49 +52,23 @@ caf::behavior diverged(Self self);
 /// Seconds since the run started: the time base of the goodput meter.
 double run_time(Self self) { return detail::now_s(self) - self->state.rt->t0.load(); }
 
-/// Asks the syncer in the directory to join (one request at a time). With none alive yet, an
-/// island that is training (`after_next_step`) asks again after its next step; any other on a timer.
+/// Asks the syncer in the directory to join (Membership::ask).
 void ask_to_join(Self self, bool after_next_step) {
   auto& st = self->state;
-  auto& rt = *st.rt;
-  if (st.join_inflight) return;
-  auto s = rt.dir.syncer();
-  if (!s || s.address() == st.dead_syncer) {
-    if (after_next_step) return;
-    st.join_inflight = true;
-    self->delayed_send(self, detail::micros(0.01), join_atom::value);
-    return;
-  }
-  st.join_inflight = true;
-  if (s != st.syncer) {
-    st.syncer = s;
-    self->monitor(s);
-  }
-  JoinRequest jr{st.island, static_cast<std::uint64_t>(st.incarnation)};
-  detail::send_over_link(self, rt, st.island, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
+  st.member.ask(self, *st.rt, st.island, st.incarnation, after_next_step);
 }
 
 /// The join_atom of a retry timer: the request it stood for is over; ask again.
 void retry_join(Self self, bool after_next_step) {
-  self->state.join_inflight = false;
-  ask_to_join(self, after_next_step);
-}
-
-/// The syncer we joined died (true): forget it and re-join its successor, keeping our state.
-bool syncer_lost(Self self, const caf::down_msg& m) {
   auto& st = self->state;
-  if (!st.syncer || m.source != st.syncer.address()) return false;
-  st.dead_syncer = st.syncer.address();
-  st.join_inflight = false;
-  st.syncer = caf::actor{};
-  return true;
+  st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step);
 }
 
 /// Down messages outside a step: a dead syncer is re-joined (`after_next_step`: see
 /// ask_to_join), a dead chip is noted.
 void watch(Self self, bool after_next_step) {
   self->set_down_handler([self, after_next_step](caf::down_msg& m) {
-    if (syncer_lost(self, m)) ask_to_join(self, after_next_step);
+    if (self->state.member.lost(m)) ask_to_join(self, after_next_step);
     else self->state.chips->lost(m);
   });
 }
@@ -109,10 +82,10 @@ void halt_diverged(Self self, int fragment, const std::string& why) {
   rt.emit(Event::diverged_state(detail::now_s(self), st.island, fragment, st.core->step(), why));
   spdlog::error("{}", why);
   rt.stop(why);
-  if (st.syncer) {  // a syncer in another process learns it here (in one process rt is shared)
+  if (st.member.syncer) {  // a syncer in another process learns it here (in one process rt is shared)
     auto pm = st.core->progress();
     pm.diverged = true;
-    detail::send_over_link(self, rt, st.island, true, st.syncer, progress_atom::value,
+    detail::send_over_link(self, rt, st.island, true, st.member.syncer, progress_atom::value,
                            detail::to_wire(encode_message(pm)));
   }
   self->become(diverged(self));
@@ -135,7 +108,7 @@ bool send_fragment(Self self, int p) {
   }
   rt.counters.bytes_sent += frame->size();
   rt.account([&](GoodputMeter& g) { g.sent(i, p); });
-  detail::send_over_link(self, rt, i, true, st.syncer, fragment_atom::value, detail::to_wire(*frame));
+  detail::send_over_link(self, rt, i, true, st.member.syncer, fragment_atom::value, detail::to_wire(*frame));
   return true;
 }
 
@@ -160,7 +133,7 @@ void wind_down(Self self) {
     mark_done(self, step);
     return self->become(done(self));
   }
-  if (!st.syncer) return ask_to_join(self, false);  // goes on in welcome
+  if (!st.member.syncer) return ask_to_join(self, false);  // goes on in welcome
   st.core->settle();
   bool unsent = false, awaiting = false;
   for (int p = 0; p < rt.P(); ++p) {
@@ -175,7 +148,7 @@ void wind_down(Self self) {
   if (!unsent && !st.left) {
     auto pm = st.core->progress();
     pm.finished = true;
-    detail::send_over_link(self, rt, st.island, true, st.syncer, progress_atom::value,
+    detail::send_over_link(self, rt, st.island, true, st.member.syncer, progress_atom::value,
                            detail::to_wire(encode_message(pm)));
     st.left = true;
   }
@@ -215,14 +188,14 @@ void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int 
     rt.counters.tokens += tokens;
     rt.island_steps[static_cast<std::size_t>(i)] = step;
     rt.emit(Event::stepped(detail::now_s(self), i, step, answered, loss));
-    if (st.syncer) {
-      detail::send_over_link(self, rt, i, true, st.syncer, progress_atom::value,
+    if (st.member.syncer) {
+      detail::send_over_link(self, rt, i, true, st.member.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
       for (int p : st.core->due())
         if (!send_fragment(self, p)) return;
     }
     fire_step_faults(self, rt, i, step);
-    if (!st.syncer) ask_to_join(self, true);
+    if (!st.member.syncer) ask_to_join(self, true);
   }
   if (rt.budget_spent(step)) return wind_down(self);
   // No chip alive: try again shortly (restarted chips show up in the directory). Otherwise the
@@ -266,7 +239,7 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
                                  (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
     return false;
   }
-  st.join_inflight = false;
+  st.member.join_inflight = false;
   const auto& reply = std::get<JoinReply>(*msg);
   st.core->heal(reply, /*keep_local=*/rejoin);
   st.left = false;  // the syncer counts on a joining island until it says it finished
@@ -334,7 +307,7 @@ caf::behavior training(Self self) {
 /// Stepping: the chips compute the step; it is taken when every chip asked answered or died.
 caf::behavior stepping(Self self) {
   self->set_down_handler([self](caf::down_msg& m) {
-    if (syncer_lost(self, m)) ask_to_join(self, true);
+    if (self->state.member.lost(m)) ask_to_join(self, true);
     else if (self->state.chips->lost(m) && self->state.chips->complete()) finish_step(self);
   });
   return {

@@ -1,0 +1,57 @@
+// An island's membership with the syncer, or a ddp replica's with the parameter server (private
+// to the actors): one join request at a time, the unit it joined, and the one it saw die (the
+// directory may still hold it until the successor takes its place).
+#pragma once
+
+#include <caf/event_based_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include "detail.hpp"
+#include "diloco/actors/runtime.hpp"
+#include "diloco/wire.hpp"
+
+namespace diloco::actors {
+
+struct Membership {
+  caf::actor syncer;           // the unit joined (or asked to join)
+  bool join_inflight = false;  // a join request or retry is under way
+  caf::actor_addr dead;        // the unit we saw die
+
+  /// Asks the syncer in the directory to join, as island `island` in its `incarnation`. With
+  /// none alive yet, asks again on a timer (a join_atom to itself) unless `after_next_step`
+  /// (the caller is training and asks again after its next step).
+  void ask(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step) {
+    if (join_inflight) return;
+    auto s = rt.dir.syncer();
+    if (!s || s.address() == dead) {
+      if (after_next_step) return;
+      join_inflight = true;
+      self->delayed_send(self, detail::micros(0.01), join_atom::value);
+      return;
+    }
+    join_inflight = true;
+    if (s != syncer) {
+      syncer = s;
+      self->monitor(s);
+    }
+    JoinRequest jr{island, static_cast<std::uint64_t>(incarnation)};
+    detail::send_over_link(self, rt, island, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
+  }
+
+  /// The join_atom of a retry timer: the request it stood for is over; ask again.
+  void retry(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step) {
+    join_inflight = false;
+    ask(self, rt, island, incarnation, after_next_step);
+  }
+
+  /// The unit we joined died (true): forget it, so that its successor is joined next.
+  bool lost(const caf::down_msg& m) {
+    if (!syncer || m.source != syncer.address()) return false;
+    dead = syncer.address();
+    join_inflight = false;
+    syncer = caf::actor{};
+    return true;
+  }
+};
+
+}  // namespace diloco::actors
