@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <span>
+#include <utility>
+#include <variant>
 #include <string>
 
 #include <caf/actor_clock.hpp>
@@ -69,6 +72,44 @@ inline void refuse(caf::event_based_actor* self, Runtime& rt, std::string why) {
 }
 
 /// Publishes new global parameters to the app (rt.global; with `new_round`, rt.new_rounds).
+/// A join request from an island of the run, with its sender (the syncer's and the parameter
+/// server's join path); anything else is refused (counted and reported) and gives nothing.
+inline std::optional<std::pair<int, caf::actor>> admit_join(caf::event_based_actor* self, Runtime& rt, const WireFrame& w) {
+  auto msg = decode_message(bytes_of(w));
+  if (!msg) return refuse(self, rt, "syncer: join request: " + msg.error().message()), std::nullopt;
+  if (!std::holds_alternative<JoinRequest>(*msg))
+    return refuse(self, rt, "syncer: join request: a " + std::string(to_string(type_of(*msg))) + " message"), std::nullopt;
+  const int id = std::get<JoinRequest>(*msg).island;
+  if (id < 0 || id >= rt.cfg.train.islands)
+    return refuse(self, rt, "syncer: join request of island " + std::to_string(id) + ", not an island of the run"),
+           std::nullopt;
+  auto who = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!who)
+    return refuse(self, rt, "syncer: join request of island " + std::to_string(id) + " without a sender"), std::nullopt;
+  return std::make_pair(id, std::move(who));
+}
+
+/// A progress report of an island of the run (the syncer's and the parameter server's progress
+/// path); anything else is refused. A report that the island diverged stops the run here.
+inline std::optional<ProgressMessage> admit_progress(caf::event_based_actor* self, Runtime& rt, const WireFrame& w) {
+  auto msg = decode_message(bytes_of(w));
+  if (!msg) return refuse(self, rt, "syncer: progress: " + msg.error().message()), std::nullopt;
+  if (!std::holds_alternative<ProgressMessage>(*msg))
+    return refuse(self, rt, "syncer: progress: a " + std::string(to_string(type_of(*msg))) + " message"), std::nullopt;
+  auto pm = std::get<ProgressMessage>(std::move(*msg));
+  if (pm.island < 0 || pm.island >= rt.cfg.train.islands)
+    return refuse(self, rt, "syncer: progress of island " + std::to_string(pm.island) + ", not an island of the run"),
+           std::nullopt;
+  if (pm.diverged) {
+    // The island's state holds NaN or infinity: the run cannot go on (as for the syncer's own).
+    const std::string why =
+        "island " + std::to_string(pm.island) + " reported that it diverged at step " + std::to_string(pm.local_step);
+    rt.emit(Event::diverged_state(now_s(self), pm.island, -1, static_cast<long>(pm.local_step), why));
+    rt.stop(why);
+  }
+  return pm;
+}
+
 inline void publish_global(Runtime& rt, std::span<const float> params, std::uint64_t round, bool new_round) {
   std::lock_guard lk(rt.global_mu);
   rt.global.assign(params.begin(), params.end());

@@ -95,15 +95,9 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
   return {
       [=](join_atom, const WireFrame& w) {
         auto& st = self->state;
-        auto msg = decode_message(detail::bytes_of(w));
-        if (!msg) return detail::refuse(self, *rt, "syncer: join request: " + msg.error().message());
-        if (!std::holds_alternative<JoinRequest>(*msg))
-          return detail::refuse(self, *rt, "syncer: join request: a " + std::string(to_string(type_of(*msg))) + " message");
-        const int id = std::get<JoinRequest>(*msg).island;
-        if (id < 0 || id >= rt->cfg.train.islands)
-          return detail::refuse(self, *rt, "syncer: join request of island " + std::to_string(id) + ", not an island of the run");
-        auto who = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!who) return detail::refuse(self, *rt, "syncer: join request of island " + std::to_string(id) + " without a sender");
+        auto joining = detail::admit_join(self, *rt, w);
+        if (!joining) return;
+        auto& [id, who] = *joining;
         st.islands[id] = who;
         self->monitor(who);
         rt->island_finished[static_cast<std::size_t>(id)] = false;
@@ -113,21 +107,9 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
         detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
       },
       [=](progress_atom, const WireFrame& w) {
-        // Only a diverged island's report matters here: the server waits for every gradient anyway.
-        auto msg = decode_message(detail::bytes_of(w));
-        if (!msg) return detail::refuse(self, *rt, "syncer: progress: " + msg.error().message());
-        if (!std::holds_alternative<ProgressMessage>(*msg))
-          return detail::refuse(self, *rt, "syncer: progress: a " + std::string(to_string(type_of(*msg))) + " message");
-        const auto& pm = std::get<ProgressMessage>(*msg);
-        const int id = pm.island;
-        if (id < 0 || id >= rt->cfg.train.islands)
-          return detail::refuse(self, *rt, "syncer: progress of island " + std::to_string(id) + ", not an island of the run");
-        if (pm.diverged) {
-          const std::string why = "island " + std::to_string(id) + " reported that it diverged at step " +
-                                  std::to_string(pm.local_step);
-          rt->emit(Event::diverged_state(detail::now_s(self), id, -1, static_cast<long>(pm.local_step), why));
-          rt->stop(why);
-        }
+        // Only a diverged island's report matters here (admit_progress stops the run): the
+        // server waits for every gradient anyway.
+        (void)detail::admit_progress(self, *rt, w);
       },
       [=](repaired_atom) { rt->dir.set_syncer(caf::actor_cast<caf::actor>(self)); },
       [=](grad_atom, const WireFrame& w) {

@@ -221,15 +221,9 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   return {
       [=](join_atom, const WireFrame& w) {
         auto& st = self->state;
-        auto msg = decode_message(detail::bytes_of(w));
-        if (!msg) return detail::refuse(self, *rt, "syncer: join request: " + msg.error().message());
-        if (!std::holds_alternative<JoinRequest>(*msg))
-          return detail::refuse(self, *rt, "syncer: join request: a " + std::string(to_string(type_of(*msg))) + " message");
-        const int id = std::get<JoinRequest>(*msg).island;
-        if (id < 0 || id >= rt->cfg.train.islands)
-          return detail::refuse(self, *rt, "syncer: join request of island " + std::to_string(id) + ", not an island of the run");
-        auto who = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!who) return detail::refuse(self, *rt, "syncer: join request of island " + std::to_string(id) + " without a sender");
+        auto joining = detail::admit_join(self, *rt, w);
+        if (!joining) return;
+        auto& [id, who] = *joining;
         st.islands[id] = who;
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
@@ -240,25 +234,13 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
       },
       [=](progress_atom, const WireFrame& w) {
         auto& st = self->state;
-        auto msg = decode_message(detail::bytes_of(w));
-        if (!msg) return detail::refuse(self, *rt, "syncer: progress: " + msg.error().message());
-        if (!std::holds_alternative<ProgressMessage>(*msg))
-          return detail::refuse(self, *rt, "syncer: progress: a " + std::string(to_string(type_of(*msg))) + " message");
-        const auto& pm = std::get<ProgressMessage>(*msg);
-        const int id = pm.island;
-        if (id < 0 || id >= rt->cfg.train.islands)
-          return detail::refuse(self, *rt, "syncer: progress of island " + std::to_string(id) + ", not an island of the run");
+        const auto pm = detail::admit_progress(self, *rt, w);
+        if (!pm) return;
+        const int id = pm->island;
         const double now = detail::now_s(self);
-        st.core->heard(id, pm.local_step);
-        if (pm.diverged) {
-          // The island's state holds NaN or infinity: the run cannot go on (as for the syncer's own).
-          const std::string why = "island " + std::to_string(id) + " reported that it diverged at step " +
-                                  std::to_string(pm.local_step);
-          rt->emit(Event::diverged_state(now, id, -1, static_cast<long>(pm.local_step), why));
-          rt->stop(why);
-          return;
-        }
-        if (pm.finished) {
+        st.core->heard(id, pm->local_step);
+        if (pm->diverged) return;  // the run stops (admit_progress)
+        if (pm->finished) {
           // The island trained its budget and sent its last contributions: rounds stop
           // waiting for it, so those commit even below the quorum.
           set_finished(st, *rt, id, true);
