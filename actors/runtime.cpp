@@ -43,34 +43,6 @@ void configure_runtime_system(caf::actor_system_config& cfg, std::size_t threads
   add_runtime_types(cfg);
 }
 
-Directory::Directory(int islands, int chips)
-    : islands_(static_cast<std::size_t>(islands)),
-      chips_(static_cast<std::size_t>(islands), std::vector<caf::actor>(static_cast<std::size_t>(chips))) {}
-void Directory::set_syncer(caf::actor a) {
-  std::lock_guard lk(mu_);
-  syncer_ = std::move(a);
-}
-caf::actor Directory::syncer() const {
-  std::lock_guard lk(mu_);
-  return syncer_;
-}
-void Directory::set_island(int i, caf::actor a) {
-  std::lock_guard lk(mu_);
-  islands_.at(static_cast<std::size_t>(i)) = std::move(a);
-}
-caf::actor Directory::island(int i) const {
-  std::lock_guard lk(mu_);
-  return islands_.at(static_cast<std::size_t>(i));
-}
-void Directory::set_chip(int i, int c, caf::actor a) {
-  std::lock_guard lk(mu_);
-  chips_.at(static_cast<std::size_t>(i)).at(static_cast<std::size_t>(c)) = std::move(a);
-}
-caf::actor Directory::chip(int i, int c) const {
-  std::lock_guard lk(mu_);
-  return chips_.at(static_cast<std::size_t>(i)).at(static_cast<std::size_t>(c));
-}
-
 namespace {
 
 /// The run's fault schedule: [chaos] draws plus the time-triggered [[faults]], by time.

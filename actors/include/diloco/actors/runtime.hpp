@@ -15,6 +15,7 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include "diloco/actors/directory.hpp"
 #include "diloco/actors/faults.hpp"
 #include "diloco/actors/link.hpp"
 #include "diloco/actors/protocol.hpp"
@@ -33,25 +34,6 @@
 
 namespace diloco::actors {
 
-
-/// Where actors find each other after restarts (like Erlang's registered names): the start
-/// functions write the handle of every unit they spawn here.
-class Directory {
-public:
-  Directory(int islands, int chips);
-  void set_syncer(caf::actor a);
-  caf::actor syncer() const;
-  void set_island(int i, caf::actor a);
-  caf::actor island(int i) const;
-  void set_chip(int i, int c, caf::actor a);
-  caf::actor chip(int i, int c) const;
-
-private:
-  mutable std::mutex mu_;
-  caf::actor syncer_;
-  std::vector<caf::actor> islands_;
-  std::vector<std::vector<caf::actor>> chips_;
-};
 
 /// Counters every actor updates (atomics; read by the app's progress lines).
 struct RuntimeCounters {
