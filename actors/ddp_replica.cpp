@@ -339,23 +339,9 @@ caf::behavior replica_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
     Batch skip;
     for (long k = 0; k < st.core->step(); ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
   }
-  st.incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
   // Alive = joined: a replica under repair or still healing is not part of the run yet.
   st.live = std::make_shared<bool>(false);
-  self->attach_functor([rt, i, live = st.live, inc = st.incarnation, sys = &self->home_system()](const caf::error&) {
-    const double t = detail::now_s(sys->clock()) - rt->t0.load();
-    int mine = inc;
-    rt->island_live[static_cast<std::size_t>(i)].compare_exchange_strong(mine, 0);
-    const int n = *live ? --rt->counters.live_islands : rt->counters.live_islands.load();
-    rt->account([&](GoodputMeter& g) {
-      g.island_lost(i);
-      g.alive(n, t);
-    });
-  });
-  // Under repair (a chaos kill): ask to join only once the repair is over.
-  if (const double now = detail::now_s(self), back = rt->windows.island_back(i); now < back)
-    self->delayed_send(self, detail::micros(back - now), join_atom::value);
-  else self->send(self, join_atom::value);
+  st.incarnation = start_member(self, rt, i, st.live);
   return joining(self);
 }
 

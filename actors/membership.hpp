@@ -3,6 +3,8 @@
 // directory may still hold it until the successor takes its place).
 #pragma once
 
+#include <memory>
+
 #include <caf/event_based_actor.hpp>
 #include <caf/system_messages.hpp>
 
@@ -53,5 +55,28 @@ struct Membership {
     return true;
   }
 };
+
+/// What a (re)started island or ddp replica does before it joins: it takes its incarnation,
+/// arranges that its death takes it out of the live islands (and the goodput meter), and asks to
+/// join once its repair window (a chaos kill) is over. `live` is the flag its join sets and its
+/// clean-up reads. Returns the incarnation.
+inline int start_member(caf::event_based_actor* self, const std::shared_ptr<Runtime>& rt, int i,
+                        const std::shared_ptr<bool>& live) {
+  const int incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
+  self->attach_functor([rt, i, live, incarnation, sys = &self->home_system()](const caf::error&) {
+    const double t = detail::now_s(sys->clock()) - rt->t0.load();
+    int mine = incarnation;
+    rt->island_live[static_cast<std::size_t>(i)].compare_exchange_strong(mine, 0);
+    const int n = *live ? --rt->counters.live_islands : rt->counters.live_islands.load();
+    rt->account([&](GoodputMeter& g) {
+      g.island_lost(i);
+      g.alive(n, t);
+    });
+  });
+  if (const double now = detail::now_s(self), back = rt->windows.island_back(i); now < back)
+    self->delayed_send(self, detail::micros(back - now), join_atom::value);
+  else self->send(self, join_atom::value);
+  return incarnation;
+}
 
 }  // namespace diloco::actors
