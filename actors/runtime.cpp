@@ -91,50 +91,57 @@ bool Runtime::all_done() const {
   return diloco::all_done(budget, done, up, counters.tokens.load());
 }
 
-Runtime::Runtime(RunConfig c, std::function<void(const Event&)> on_event)
+Run::Run(RunConfig c)
     : cfg(std::move(c)), budget(RunBudget::of(cfg)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
                               cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::ddp ? 1 : cfg.fragments.count)),
-      initial(layout_model->layout().size()), dir(cfg.train.islands, cfg.islands.max_chips()),
-      island_steps(static_cast<std::size_t>(cfg.train.islands)),
-      incarnations(static_cast<std::size_t>(cfg.train.islands)),
-      island_done(static_cast<std::size_t>(cfg.train.islands)), island_live(static_cast<std::size_t>(cfg.train.islands)),
-      island_finished(static_cast<std::size_t>(cfg.train.islands)),
-      schedule(make_schedule(cfg)), windows(cfg.train.islands, cfg.islands.max_chips(), cfg.faults.size()),
-      links(cfg, schedule), on_event_(std::move(on_event)) {
+      initial(layout_model->layout().size()), schedule(make_schedule(cfg)) {
   layout_model->init(initial, cfg.train.seed);
-  global = initial;
+}
+
+Ledger::Ledger(const Run& run, std::function<void(const Event&)> on_event)
+    : island_steps(static_cast<std::size_t>(run.cfg.train.islands)),
+      incarnations(static_cast<std::size_t>(run.cfg.train.islands)),
+      island_done(static_cast<std::size_t>(run.cfg.train.islands)),
+      island_live(static_cast<std::size_t>(run.cfg.train.islands)),
+      island_finished(static_cast<std::size_t>(run.cfg.train.islands)), global(run.initial),
+      on_event_(std::move(on_event)) {
+  const auto& cfg = run.cfg;
   for (auto& s : island_steps) s = 0;
   for (auto& n : incarnations) n = 0;
   for (auto& d : island_done) d = false;
   for (auto& l : island_live) l = 0;
   for (auto& f : island_finished) f = false;
-  goodput = std::make_unique<GoodputMeter>(cfg.train.islands, cfg.islands.chips, plan.count(),
-                                           ddp() || synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
+  goodput = std::make_unique<GoodputMeter>(cfg.train.islands, cfg.islands.chips, run.P(),
+                                           run.ddp() || run.synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
                                            cfg.chaos.downtime_gap_s, 0.0);
   goodput->set_total_chips(cfg.islands.total_chips(cfg.train.islands));
 }
+
+Runtime::Runtime(RunConfig c, std::function<void(const Event&)> on_event)
+    : Run(std::move(c)), Ledger(*this, std::move(on_event)), dir(cfg.train.islands, cfg.islands.max_chips()),
+      windows(cfg.train.islands, cfg.islands.max_chips(), cfg.faults.size()), links(cfg, schedule) {}
 
 double Runtime::speed(int island, double now) const {
   return cfg.islands.speed_of(island) * windows.slowdown(island, now);
 }
 
-GoodputMeter::Report Runtime::goodput_report(double now) {
+GoodputMeter::Report Ledger::goodput_report(double now) {
   std::lock_guard lk(goodput_mu);
   return goodput->report(now - t0.load());
 }
 
-void Runtime::emit(const Event& e) {
+void Ledger::emit(const Event& e) {
   std::lock_guard lk(ev_mu_);
   if (on_event_) on_event_(e);
 }
 
-void Runtime::stop(const std::string& why) {
+void Ledger::stop(const std::string& why) {
   std::lock_guard lk(stop_mu_);
   if (!stop_reason_) stop_reason_ = why;
 }
 
-std::optional<std::string> Runtime::stopped() const {
+std::optional<std::string> Ledger::stopped() const {
   std::lock_guard lk(stop_mu_);
   return stop_reason_;
 }

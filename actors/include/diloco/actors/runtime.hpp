@@ -35,6 +35,35 @@
 namespace diloco::actors {
 
 
+/// What a run is, fixed when it starts: the configuration and what follows from it (the
+/// budget, the data, the layout and fragment plan, the initial parameters, the fault schedule).
+/// Read by every actor; written by nobody once the tree is spawned (an app may set `initial`
+/// before, as --init does).
+struct Run {
+  explicit Run(RunConfig cfg);
+
+  RunConfig cfg;
+  RunBudget budget;                     // what the run trains before it ends (train.budget)
+  Corpus corpus;
+  std::unique_ptr<Model> layout_model;  // owns the layout the plans refer to
+  FragmentPlan plan;
+  std::vector<float> initial;           // seeded initial parameters
+  /// The fault schedule: [chaos] events and the time-triggered [[faults]] (at_s), by time.
+  std::vector<ChaosEvent> schedule;
+
+  int P() const { return plan.count(); }
+  /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
+  /// (K = all islands, as the reference loops); "decoupled": they never wait.
+  bool synchronous() const { return cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::streaming; }
+  /// train.mode "ddp" on the actors: every step, islands send gradients and the parameter
+  /// server averages them, takes the AdamW step and sends the parameters back.
+  bool ddp() const { return cfg.train.mode == TrainMode::ddp; }
+  int tau() const { return cfg.train.mode == TrainMode::diloco ? 0 : cfg.fragments.tau; }
+  double alpha() const { return cfg.train.mode == TrainMode::diloco ? 0.0 : cfg.fragments.effective_alpha(); }
+  /// Decoupled islands send their unsent progress at the end (train.final_sync_s > 0).
+  bool final_sync() const { return cfg.train.mode == TrainMode::decoupled && cfg.train.final_sync_s > 0.0; }
+};
+
 /// Counters every actor updates (atomics; read by the app's progress lines).
 struct RuntimeCounters {
   std::atomic<std::uint64_t> tokens{0};         // tokens trained by all islands
@@ -47,18 +76,12 @@ struct RuntimeCounters {
   std::atomic<std::uint64_t> commits{0};
 };
 
-/// Everything the runtime's actors share inside one process: immutable run description,
-/// directory, counters, the syncer's last snapshot and an event sink.
-struct Runtime {
-  Runtime(RunConfig cfg, std::function<void(const Event&)> on_event = {});
+/// What the actors record as a run goes on, and what the apps read: counters, each island's
+/// progress and state of life, goodput, the global parameters and rounds, the syncer's last
+/// snapshot, the events and why the run stopped.
+struct Ledger {
+  Ledger(const Run& run, std::function<void(const Event&)> on_event);
 
-  RunConfig cfg;
-  RunBudget budget;                     // what the run trains before it ends (train.budget)
-  Corpus corpus;
-  std::unique_ptr<Model> layout_model;  // owns the layout the plans refer to
-  FragmentPlan plan;
-  std::vector<float> initial;           // seeded initial parameters
-  Directory dir;
   RuntimeCounters counters;
   std::vector<std::atomic<long>> island_steps;   // last finished step per island (restarts resume)
   std::vector<std::atomic<int>> incarnations;    // starts per island
@@ -72,26 +95,9 @@ struct Runtime {
   /// The syncer heard the island's Progress.finished (and it has not re-joined since): in a
   /// syncer-only process, what tells the run is over.
   std::vector<std::atomic<bool>> island_finished;
-  /// train.budget is spent for an island at local step `step` ("total_tokens": for all).
-  bool budget_spent(long step) const;
-  /// Every island trained its budget (or the tokens budget is spent).
-  bool trained() const;
-  /// Every island is done, or the tokens budget is spent and those not done are down (nothing is
-  /// left for them to do).
-  bool all_done() const;
-  /// Decoupled islands send their unsent progress at the end (train.final_sync_s > 0).
-  bool final_sync() const { return cfg.train.mode == TrainMode::decoupled && cfg.train.final_sync_s > 0.0; }
-
-  /// The fault schedule: [chaos] events and the time-triggered [[faults]] (at_s), by time.
-  std::vector<ChaosEvent> schedule;
   /// Actor-clock second at which the run started (set by spawn_runtime): chaos event times,
   /// link partitions and goodput are relative to it.
   std::atomic<double> t0{0.0};
-
-  /// The windows injected faults leave (repair, slow-downs) and which [[faults]] fired (faults.hpp).
-  FaultWindows windows;
-  /// The speed of island `island`'s chips at actor time `now`: islands.speed × any straggling.
-  double speed(int island, double now) const;
 
   /// Goodput and global downtime (goodput.hpp), fed by the actors; times relative to t0.
   std::mutex goodput_mu;
@@ -103,14 +109,11 @@ struct Runtime {
   }
   GoodputMeter::Report goodput_report(double now);
 
-  /// Each site's emulated WAN links (the "link" step of a fragment's life: link.hpp).
-  SiteLinks links;
-
   /// The syncer's last snapshot in memory (also written to cfg.syncer.checkpoint when set).
   std::mutex snap_mu;
   std::optional<Checkpoint> last_snapshot;
-  /// ddp: the parameter server's state, kept across syncer restarts in this process (as a
-  /// torchrun job keeps its replicas' state in memory); null until the first syncer starts.
+  /// ddp: the parameter server's state, kept across restarts in this process (as a torchrun job
+  /// keeps its replicas' state in memory); null until the first server starts.
   std::shared_ptr<DdpServer> ddp_server;
   /// The syncer's newest global parameters and round (for the final evaluation).
   std::mutex global_mu;
@@ -129,21 +132,35 @@ struct Runtime {
   void stop(const std::string& why);
   /// Why the run was stopped, if it was.
   std::optional<std::string> stopped() const;
-  int P() const { return plan.count(); }
-  /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
-  /// (K = all islands, as the reference loops); "decoupled": they never wait.
-  bool synchronous() const { return cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::streaming; }
-  /// train.mode "ddp" on the actors: every step, islands send gradients and the syncer (as a
-  /// parameter server) averages them, takes the AdamW step and sends the parameters back.
-  bool ddp() const { return cfg.train.mode == TrainMode::ddp; }
-  int tau() const { return cfg.train.mode == TrainMode::diloco ? 0 : cfg.fragments.tau; }
-  double alpha() const { return cfg.train.mode == TrainMode::diloco ? 0.0 : cfg.fragments.effective_alpha(); }
 
 private:
   mutable std::mutex stop_mu_;
   std::optional<std::string> stop_reason_;
   std::mutex ev_mu_;
   std::function<void(const Event&)> on_event_;
+};
+
+/// Everything the runtime's actors share inside one process, by room: the run (fixed), the
+/// ledger (what happens), the directory (where units are), the fault windows and each site's
+/// links.
+struct Runtime : Run, Ledger {
+  Runtime(RunConfig cfg, std::function<void(const Event&)> on_event = {});
+
+  Directory dir;
+  /// The windows injected faults leave (repair, slow-downs) and which [[faults]] fired (faults.hpp).
+  FaultWindows windows;
+  /// Each site's emulated WAN links (the "link" step of a fragment's life: link.hpp).
+  SiteLinks links;
+
+  /// The speed of island `island`'s chips at actor time `now`: islands.speed × any straggling.
+  double speed(int island, double now) const;
+  /// train.budget is spent for an island at local step `step` ("total_tokens": for all).
+  bool budget_spent(long step) const;
+  /// Every island trained its budget (or the tokens budget is spent).
+  bool trained() const;
+  /// Every island is done, or the tokens budget is spent and those not done are down (nothing is
+  /// left for them to do).
+  bool all_done() const;
 };
 
 /// Which units a process runs: all of them in one process; the syncer alone or one site's
