@@ -53,27 +53,6 @@ caf::behavior diverged(Self self);
 /// Seconds since the run started: the time base of the goodput meter.
 double run_time(Self self) { return detail::now_s(self) - self->state.rt->t0.load(); }
 
-/// Asks the parameter server in the directory to join (Membership::ask).
-void ask_to_join(Self self, bool after_next_step) {
-  auto& st = self->state;
-  st.member.ask(self, *st.rt, st.island, st.incarnation, after_next_step);
-}
-
-/// The join_atom of a retry timer: the request it stood for is over; ask again.
-void retry_join(Self self, bool after_next_step) {
-  auto& st = self->state;
-  st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step);
-}
-
-/// Down messages outside the chips' work: a dead server is re-joined (`after_next_step`: see
-/// ask_to_join), a dead chip is noted.
-void watch(Self self, bool after_next_step) {
-  self->set_down_handler([self, after_next_step](caf::down_msg& m) {
-    if (self->state.member.lost(m)) ask_to_join(self, after_next_step);
-    else self->state.chips->lost(m);
-  });
-}
-
 /// The replica's gradient holds NaN or infinity: reports it, stops the run, and takes no more
 /// steps. It stays alive, so that its supervisor does not restart it into the same step again.
 void halt_diverged(Self self, const std::string& why) {
@@ -331,17 +310,7 @@ caf::behavior replica_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   s.island = i;
   s.schedule = SyncSchedule{c.train.H, rt->P()};
   st.core = std::make_unique<IslandCore>(rt->layout_model->layout(), rt->plan, s, c.inner, rt->initial);
-  st.core->resume_at(rt->island_steps[static_cast<std::size_t>(i)]);
-  st.data = rt->corpus.shard(i, c.train.islands);
-  st.chips = std::make_unique<ChipPool>(i, c.islands.chips_of(i));
-  {
-    // A restarted replica goes on where its shard was: every step drew one batch.
-    Batch skip;
-    for (long k = 0; k < st.core->step(); ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
-  }
-  // Alive = joined: a replica under repair or still healing is not part of the run yet.
-  st.live = std::make_shared<bool>(false);
-  st.incarnation = start_member(self, rt, i, st.live);
+  start_member(self, rt, i);
   return joining(self);
 }
 

@@ -6,9 +6,11 @@
 #include <memory>
 
 #include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
 #include "detail.hpp"
+#include "diloco/actors/chip_pool.hpp"
 #include "diloco/actors/runtime.hpp"
 #include "diloco/wire.hpp"
 
@@ -56,14 +58,49 @@ struct Membership {
   }
 };
 
-/// What a (re)started island or ddp replica does before it joins: it takes its incarnation,
-/// arranges that its death takes it out of the live islands (and the goodput meter), and asks to
-/// join once its repair window (a chaos kill) is over. `live` is the flag its join sets and its
-/// clean-up reads. Returns the incarnation.
-inline int start_member(caf::event_based_actor* self, const std::shared_ptr<Runtime>& rt, int i,
-                        const std::shared_ptr<bool>& live) {
-  const int incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
-  self->attach_functor([rt, i, live, incarnation, sys = &self->home_system()](const caf::error&) {
+/// The same for an island's or a ddp replica's actor: its state holds `member`, `rt`, `island`,
+/// `incarnation` and `chips` (ChipPool).
+template <class State>
+void ask_to_join(caf::stateful_actor<State>* self, bool after_next_step) {
+  auto& st = self->state;
+  st.member.ask(self, *st.rt, st.island, st.incarnation, after_next_step);
+}
+
+/// The join_atom of a retry timer: the request it stood for is over; ask again.
+template <class State>
+void retry_join(caf::stateful_actor<State>* self, bool after_next_step) {
+  auto& st = self->state;
+  st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step);
+}
+
+/// Down messages outside the chips' work: a dead syncer (or server) is re-joined
+/// (`after_next_step`: see Membership::ask), a dead chip is noted.
+template <class State>
+void watch(caf::stateful_actor<State>* self, bool after_next_step) {
+  self->set_down_handler([self, after_next_step](caf::down_msg& m) {
+    if (self->state.member.lost(m)) ask_to_join(self, after_next_step);
+    else self->state.chips->lost(m);
+  });
+}
+
+/// What a (re)started island or ddp replica does before it joins, once its core is built: it
+/// resumes at the last step the run heard of, goes on where its data shard was (every step drew
+/// one batch, whichever chips were alive), gets its chip pool, takes its incarnation, arranges
+/// that its death takes it out of the live islands (and the goodput meter), and asks to join
+/// once its repair window (a chaos kill) is over. Alive means joined: a unit under repair or
+/// still healing is not part of the run yet.
+template <class State>
+void start_member(caf::stateful_actor<State>* self, const std::shared_ptr<Runtime>& rt, int i) {
+  auto& st = self->state;
+  const auto& c = rt->cfg;
+  st.core->resume_at(rt->island_steps[static_cast<std::size_t>(i)]);
+  st.data = rt->corpus.shard(i, c.train.islands);
+  Batch skip;
+  for (long k = 0; k < st.core->step(); ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
+  st.chips = std::make_unique<ChipPool>(i, c.islands.chips_of(i));
+  st.live = std::make_shared<bool>(false);
+  st.incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
+  self->attach_functor([rt, i, live = st.live, incarnation = st.incarnation, sys = &self->home_system()](const caf::error&) {
     const double t = detail::now_s(sys->clock()) - rt->t0.load();
     int mine = incarnation;
     rt->island_live[static_cast<std::size_t>(i)].compare_exchange_strong(mine, 0);
@@ -76,7 +113,6 @@ inline int start_member(caf::event_based_actor* self, const std::shared_ptr<Runt
   if (const double now = detail::now_s(self), back = rt->windows.island_back(i); now < back)
     self->delayed_send(self, detail::micros(back - now), join_atom::value);
   else self->send(self, join_atom::value);
-  return incarnation;
 }
 
 }  // namespace diloco::actors
