@@ -331,16 +331,7 @@ caf::behavior winding_down(Self self) { return finishing(self); }
 caf::behavior done(Self self) { return finishing(self); }
 
 /// Diverged: the run is stopped (halt_diverged); every message is taken and ignored.
-caf::behavior diverged(Self self) {
-  self->set_down_handler([](caf::down_msg&) {});
-  return {
-      [](join_atom) {},
-      [](welcome_atom, const WireFrame&) {},
-      [](step_atom) {},
-      [](const ChipResult&) {},
-      [](global_atom, const WireFrame&) {},
-  };
-}
+caf::behavior diverged(Self self) { return halted(self); }
 
 caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   detail::guard(self, "island " + std::to_string(i));

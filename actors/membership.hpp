@@ -115,4 +115,18 @@ void start_member(caf::stateful_actor<State>* self, const std::shared_ptr<Runtim
   else self->send(self, join_atom::value);
 }
 
+/// A diverged island or replica: the run is stopped (Runtime::stop), and every message of the
+/// protocol is taken and ignored. It stays alive, so that its supervisor does not restart it into
+/// the same state; an unhandled message would end its sender.
+inline caf::behavior halted(caf::event_based_actor* self) {
+  self->set_down_handler([](caf::down_msg&) {});
+  return {
+      [](join_atom) {},
+      [](welcome_atom, const WireFrame&) {},
+      [](step_atom) {},
+      [](const ChipResult&) {},
+      [](global_atom, const WireFrame&) {},
+  };
+}
+
 }  // namespace diloco::actors
