@@ -26,8 +26,9 @@ caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> 
   const double repaired = rt->windows.chip_back(island, chip);
   if (const double now = detail::now_s(self); now < repaired)
     self->delayed_send(self, detail::micros(repaired - now), repaired_atom::value);
-  ++rt->counters.live_chips;
-  self->attach_functor([rt](const caf::error&) { --rt->counters.live_chips; });
+  auto& rec = rt->chips[static_cast<std::size_t>(island)][static_cast<std::size_t>(chip)];
+  ++rec.starts;
+  self->attach_functor([&rec, rt](const caf::error&) { ++rec.ends; });  // rt keeps rec alive
   // The gradient buffer is reused once the island has let go of the previous one (no 3 MB
   // allocation and zero-fill per step); while the island still holds it, a new one is made.
   auto buffer = std::make_shared<std::shared_ptr<std::vector<float>>>();

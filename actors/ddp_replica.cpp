@@ -33,7 +33,7 @@ struct ReplicaState {
   Membership member;                // the parameter server it joined, its join requests
   int incarnation = 0;
   double step_started = 0.0;         // actor time the step in flight began (goodput)
-  std::shared_ptr<bool> live;        // joined and not dead: counted in counters.live_islands
+  std::shared_ptr<bool> live;        // joined and not dead: counted among the live islands
   // The gradient sent for the step in flight (awaiting): counted once the server's step lands.
   double loss = 0.0;
   std::uint64_t tokens = 0;
@@ -74,12 +74,7 @@ void halt_diverged(Self self, const std::string& why) {
 void send_gradient(Self self);
 
 void finish(Self self) {
-  auto& rt = *self->state.rt;
-  const int i = self->state.island;
-  if (!rt.island_done[static_cast<std::size_t>(i)].exchange(true)) {
-    ++rt.counters.islands_done;
-    rt.emit(Event::island_done(detail::now_s(self), i, self->state.core->step()));
-  }
+  count_done(self, self->state.core->step());
   self->become(done(self));
 }
 
@@ -125,11 +120,9 @@ void send_gradient(Self self) {
                                    std::to_string(st.core->step() + 1) + " holds NaN or infinity (loss " +
                                    std::to_string(st.loss) + ")");
   if (!frame || !st.member.syncer) return step_again(self);  // nobody to send to (or nothing computed)
-  rt.account([&](GoodputMeter& m) {
-    m.step(i, st.answered, seconds);
-    m.sent(i, 0);
-  });
-  rt.counters.bytes_sent += frame->size();
+  detail::tell_meter(rt, GoodputFact::stepped(i, st.answered, seconds));
+  detail::tell_meter(rt, GoodputFact::sent_of(i, 0));
+  rt.islands[static_cast<std::size_t>(i)].bytes_up += frame->size();
   self->become(awaiting(self));
   detail::send_over_link(self, rt, i, true, st.member.syncer, grad_atom::value, detail::to_wire(*frame));
 }
@@ -143,8 +136,9 @@ void after_step(Self self, bool mine) {
   const long step = st.core->step();
   self->become(training(self));
   if (mine) {
-    rt.counters.tokens += st.tokens;
-    rt.island_steps[static_cast<std::size_t>(i)] = step;
+    auto& rec = rt.islands[static_cast<std::size_t>(i)];
+    rec.tokens += st.tokens;
+    rec.step = step;
     rt.emit(Event::stepped(detail::now_s(self), i, step, st.answered, st.loss));
     if (st.member.syncer)
       detail::send_over_link(self, rt, i, true, st.member.syncer, progress_atom::value,
@@ -165,7 +159,7 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   const int i = st.island;
   auto msg = decode_message(detail::bytes_of(w));
   if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
-    detail::refuse(self, rt, "island " + std::to_string(i) + ": welcome: " +
+    detail::refuse(self, rt, rt.islands[static_cast<std::size_t>(i)].refused, "island " + std::to_string(i) + ": welcome: " +
                                  (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
     return false;
   }
@@ -173,12 +167,7 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   const auto& reply = std::get<JoinReply>(*msg);
   st.core->heal(reply, /*keep_local=*/false);  // replicas are the server's parameters, always
   if (!reply.fragments.empty()) st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
-  rt.island_live[static_cast<std::size_t>(i)] = st.incarnation;
-  if (!*st.live) {
-    *st.live = true;
-    const int n = ++rt.counters.live_islands;
-    rt.account([&](GoodputMeter& g) { g.alive(n, run_time(self)); });
-  }
+  count_joined(self);
   rt.emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
   return true;
 }
@@ -189,7 +178,7 @@ bool take_params(Self self, const WireFrame& w) {
   auto& st = self->state;
   auto msg = decode_message(detail::bytes_of(w));
   if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) {
-    detail::refuse(self, *st.rt, "island " + std::to_string(st.island) + ": parameters: " +
+    detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused, "island " + std::to_string(st.island) + ": parameters: " +
                                      (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
     return false;
   }

@@ -57,8 +57,8 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
   const auto mine = islands_of_site(rt->cfg, site);
   const caf::node_id peer = connector.node();
   // Counted and reported as the syncer's own refusals are (the app prints rejected events).
-  auto refuse = [self, rt, name](const std::string& why) {
-    ++rt->counters.rejected;
+  auto refuse = [self, rt, name, site](const std::string& why) {
+    ++rt->gateway.relay_refused[static_cast<std::size_t>(site)];
     rt->emit(Event::refused(detail::now_s(self), "site " + name + "'s session: " + why));
   };
   // The island a frame speaks for, if its sender is the site's process and the island is the site's.
@@ -116,12 +116,6 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
       [=](progress_atom a, WireFrame& w) {
         const int i = admit(w, MessageType::progress);
         if (i < 0) return;
-        // The last step heard of, for a restarted site process to resume from.
-        if (auto msg = decode_message(detail::bytes_of(w)); msg)
-          if (auto* p = std::get_if<ProgressMessage>(&*msg)) {
-            auto& s = rt->island_steps[static_cast<std::size_t>(i)];
-            s = std::max<long>(s.load(), static_cast<long>(p->local_step));
-          }
         self->delegate(self->state.syncer, a, std::move(w));
       },
       [=](fragment_atom a, WireFrame& w) {
@@ -169,7 +163,7 @@ struct GatewayState {
 caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
   detail::guard(self, "gateway");
   auto refuse = [self, rt](const std::string& why) {
-    ++rt->counters.rejected;
+    ++rt->gateway.refused;
     rt->emit(Event::refused(detail::now_s(self), why));
     return caf::make_error(caf::sec::request_receiver_down, why);
   };
@@ -225,8 +219,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         s.relay = relay;
         for (int i : islands_of_site(rt->cfg, site)) {
           s.islands.push_back(i);
-          s.steps.push_back(rt->island_steps[static_cast<std::size_t>(i)].load());
-          s.finished.push_back(rt->island_finished[static_cast<std::size_t>(i)].load() ? 1 : 0);
+          s.steps.push_back(rt->syncer.heard_step[static_cast<std::size_t>(i)].load());
+          s.finished.push_back(rt->syncer.finished[static_cast<std::size_t>(i)].load() ? 1 : 0);
         }
         if (o.log)
           o.log("site " + x.site + (o.ca_file.empty() ? " connected (insecure: identity not checked)"

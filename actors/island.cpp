@@ -36,7 +36,7 @@ struct IslandState {
   std::unique_ptr<ChipPool> chips;            // hands each step to the chips, gathers their replies
   int incarnation = 0;
   double step_started = 0.0;     // actor time the step in flight began (goodput)
-  std::shared_ptr<bool> live;    // joined and not dead: counted in counters.live_islands
+  std::shared_ptr<bool> live;    // joined and not dead: counted among the live islands
 };
 
 using Self = caf::stateful_actor<IslandState>*;
@@ -85,18 +85,10 @@ bool send_fragment(Self self, int p) {
     spdlog::error("island {}: fragment {} not sent: {}", i, p, frame.error().message());
     return true;
   }
-  rt.counters.bytes_sent += frame->size();
-  rt.account([&](GoodputMeter& g) { g.sent(i, p); });
+  rt.islands[static_cast<std::size_t>(i)].bytes_up += frame->size();
+  detail::tell_meter(rt, GoodputFact::sent_of(i, p));
   detail::send_over_link(self, rt, i, true, st.member.syncer, fragment_atom::value, detail::to_wire(*frame));
   return true;
-}
-
-void mark_done(Self self, long step) {
-  auto& rt = *self->state.rt;
-  const int i = self->state.island;
-  if (rt.island_done[static_cast<std::size_t>(i)].exchange(true)) return;
-  ++rt.counters.islands_done;
-  rt.emit(Event::island_done(detail::now_s(self), i, step));
 }
 
 /// The budget is spent: the island takes no more steps (winding_down). With the final sync it
@@ -109,7 +101,7 @@ void wind_down(Self self) {
   const long step = st.core->step();
   self->become(winding_down(self));
   if (!rt.final_sync()) {
-    mark_done(self, step);
+    count_done(self, step);
     return self->become(done(self));
   }
   if (!st.member.syncer) return ask_to_join(self, false);  // goes on in welcome
@@ -132,7 +124,7 @@ void wind_down(Self self) {
     st.left = true;
   }
   if (!unsent && !awaiting) {
-    mark_done(self, step);
+    count_done(self, step);
     self->become(done(self));
   }
 }
@@ -164,8 +156,9 @@ void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int 
   const int i = st.island;
   const long step = st.core->step();
   if (stepped) {
-    rt.counters.tokens += tokens;
-    rt.island_steps[static_cast<std::size_t>(i)] = step;
+    auto& rec = rt.islands[static_cast<std::size_t>(i)];
+    rec.tokens += tokens;
+    rec.step = step;
     rt.emit(Event::stepped(detail::now_s(self), i, step, answered, loss));
     if (st.member.syncer) {
       detail::send_over_link(self, rt, i, true, st.member.syncer, progress_atom::value,
@@ -201,7 +194,7 @@ void finish_step(Self self) {
   const bool stepped = st.core->step() > before;  // false: no chip answered
   // The chips' time on this step runs until the island's AdamW step is taken.
   const double step_s = run_time(self) - st.step_started;
-  if (stepped) rt.account([&](GoodputMeter& m) { m.step(i, answered, step_s); });
+  if (stepped) detail::tell_meter(rt, GoodputFact::stepped(i, answered, step_s));
   after_step(self, stepped, loss, tokens, answered);
 }
 
@@ -214,7 +207,7 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   const int i = st.island;
   auto msg = decode_message(detail::bytes_of(w));
   if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
-    detail::refuse(self, rt, "island " + std::to_string(i) + ": welcome: " +
+    detail::refuse(self, rt, rt.islands[static_cast<std::size_t>(i)].refused, "island " + std::to_string(i) + ": welcome: " +
                                  (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
     return false;
   }
@@ -222,12 +215,7 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   const auto& reply = std::get<JoinReply>(*msg);
   st.core->heal(reply, /*keep_local=*/rejoin);
   st.left = false;  // the syncer counts on a joining island until it says it finished
-  rt.island_live[static_cast<std::size_t>(i)] = st.incarnation;
-  if (!*st.live) {
-    *st.live = true;
-    const int n = ++rt.counters.live_islands;
-    rt.account([&](GoodputMeter& g) { g.alive(n, run_time(self)); });
-  }
+  count_joined(self);
   rt.emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
   return true;
 }
@@ -240,7 +228,7 @@ bool take_broadcast(Self self, const WireFrame& w, bool after_next_step) {
   auto& st = self->state;
   auto got = st.core->adopt_frame(detail::bytes_of(w));
   if (!got && got.error().code == errc::missed_round) ask_to_join(self, after_next_step);  // missed a delta: heal
-  else if (!got) detail::refuse(self, *st.rt, "island " + std::to_string(st.island) + ": broadcast: " + got.error().message());
+  else if (!got) detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused, "island " + std::to_string(st.island) + ": broadcast: " + got.error().message());
   return got.has_value();
 }
 

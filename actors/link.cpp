@@ -44,7 +44,7 @@ double SiteLinks::delay(int island, bool up, std::size_t bytes, double now) {
   return (up ? l.up : l.down).send(bytes, now).delivered_at - now;
 }
 
-SiteLinks::Totals SiteLinks::totals() {
+SiteLinks::Totals SiteLinks::totals() const {
   Totals t;
   for (auto& l : sites_) {
     std::lock_guard lk(l->mu);
@@ -54,7 +54,7 @@ SiteLinks::Totals SiteLinks::totals() {
   return t;
 }
 
-std::vector<SiteLinks::Report> SiteLinks::report() {
+std::vector<SiteLinks::Report> SiteLinks::report() const {
   std::vector<Report> out;
   for (std::size_t s = 0; s < sites_.size(); ++s) {
     auto& l = *sites_[s];

@@ -93,26 +93,45 @@ template <class State>
 void start_member(caf::stateful_actor<State>* self, const std::shared_ptr<Runtime>& rt, int i) {
   auto& st = self->state;
   const auto& c = rt->cfg;
-  st.core->resume_at(rt->island_steps[static_cast<std::size_t>(i)]);
+  auto& rec = rt->islands[static_cast<std::size_t>(i)];
+  st.core->resume_at(std::max(rec.step.load(), rt->resume_steps[static_cast<std::size_t>(i)]));
   st.data = rt->corpus.shard(i, c.train.islands);
   Batch skip;
   for (long k = 0; k < st.core->step(); ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
   st.chips = std::make_unique<ChipPool>(i, c.islands.chips_of(i));
   st.live = std::make_shared<bool>(false);
-  st.incarnation = ++rt->incarnations[static_cast<std::size_t>(i)];
-  self->attach_functor([rt, i, live = st.live, incarnation = st.incarnation, sys = &self->home_system()](const caf::error&) {
+  st.incarnation = ++rec.incarnation;
+  self->attach_functor([rt, i, incarnation = st.incarnation, sys = &self->home_system()](const caf::error&) {
     const double t = detail::now_s(sys->clock()) - rt->t0.load();
     int mine = incarnation;
-    rt->island_live[static_cast<std::size_t>(i)].compare_exchange_strong(mine, 0);
-    const int n = *live ? --rt->counters.live_islands : rt->counters.live_islands.load();
-    rt->account([&](GoodputMeter& g) {
-      g.island_lost(i);
-      g.alive(n, t);
-    });
+    rt->islands[static_cast<std::size_t>(i)].live.compare_exchange_strong(mine, 0);
+    detail::tell_meter(*rt, GoodputFact::lost_island(i));
+    detail::tell_meter(*rt, GoodputFact::alive_at(rt->tally().live_islands, t));
   });
   if (const double now = detail::now_s(self), back = rt->windows.island_back(i); now < back)
     self->delayed_send(self, detail::micros(back - now), join_atom::value);
   else self->send(self, join_atom::value);
+}
+
+/// The unit joined in its incarnation: its record says so, and the first join of an incarnation
+/// tells the goodput meter that one more island is alive.
+template <class State>
+void count_joined(caf::stateful_actor<State>* self) {
+  auto& st = self->state;
+  auto& rt = *st.rt;
+  rt.islands[static_cast<std::size_t>(st.island)].live = st.incarnation;
+  if (*st.live) return;
+  *st.live = true;
+  detail::tell_meter(rt, GoodputFact::alive_at(rt.tally().live_islands, detail::now_s(self) - rt.t0.load()));
+}
+
+/// The unit trained its budget (and, with the final sync, its last contributions were merged):
+/// its record says it is done, reported once.
+template <class State>
+void count_done(caf::stateful_actor<State>* self, long step) {
+  auto& st = self->state;
+  if (st.rt->islands[static_cast<std::size_t>(st.island)].done.exchange(true)) return;
+  st.rt->emit(Event::island_done(detail::now_s(self), st.island, step));
 }
 
 /// A diverged island or replica: the run is stopped (Runtime::stop), and every message of the

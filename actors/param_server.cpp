@@ -52,20 +52,18 @@ void poll(Self self, Runtime& rt) {
                                              frame.error().message()));
   auto w = detail::to_wire(*frame);
   for (auto& [id, a] : st.islands) {
-    rt.counters.bytes_sent += w.bytes.size();
+    rt.syncer.bytes_down += w.bytes.size();
     detail::send_over_link(self, rt, id, false, a, global_atom::value, w);
   }
   std::vector<int> all;
   for (int i = 0; i < rt.cfg.train.islands; ++i) all.push_back(i);
-  rt.account([&](GoodputMeter& g) {
-    for (int i : all) g.merged(i, 0);
-    g.commit(now - rt.t0.load());
-  });
-  ++rt.counters.commits;
+  for (int i : all) detail::tell_meter(rt, GoodputFact::merged_of(i, 0));
+  detail::tell_meter(rt, GoodputFact::committed_at(now - rt.t0.load()));
+  ++rt.syncer.commits;
   rt.emit(Event::committed(now, *step, 0, rt.cfg.train.islands, all));
   const auto H = static_cast<std::uint64_t>(rt.cfg.train.H);
   if (*step % H == 0 || *step == static_cast<std::uint64_t>(rt.cfg.train.steps))
-    detail::publish_global(rt, st.ddp->params(), (*step + H - 1) / H, true);
+    rt.syncer.publish(st.ddp->params(), (*step + H - 1) / H, true);
 }
 
 caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
@@ -77,11 +75,11 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
     self->delayed_send(self, detail::micros(back - now), repaired_atom::value);
   // The server's state lives on across restarts in this process; the gradients of the step in
   // flight are gone with the old actor and the islands send them again.
-  if (!rt->ddp_server)
-    rt->ddp_server = std::make_shared<DdpServer>(rt->layout_model->layout(), rt->initial, c.inner, c.train.islands);
-  st.ddp = rt->ddp_server;
+  if (!rt->syncer.ddp_server)
+    rt->syncer.ddp_server = std::make_shared<DdpServer>(rt->layout_model->layout(), rt->initial, c.inner, c.train.islands);
+  st.ddp = rt->syncer.ddp_server;
   st.ddp->clear_pending();
-  if (++rt->syncer_starts > 1)
+  if (++rt->syncer.starts > 1)
     rt->emit(Event::restored(detail::now_s(self), st.ddp->step(), "ddp server state kept in memory"));
   self->set_down_handler([self, rt](caf::down_msg& m) {
     auto& islands = self->state.islands;
@@ -100,9 +98,9 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
         auto& [id, who] = *joining;
         st.islands[id] = who;
         self->monitor(who);
-        rt->island_finished[static_cast<std::size_t>(id)] = false;
+        rt->syncer.finished[static_cast<std::size_t>(id)] = false;
         auto reply = detail::to_wire(encode_message(st.ddp->join_reply()));
-        rt->counters.bytes_sent += reply.bytes.size();
+        rt->syncer.bytes_down += reply.bytes.size();
         rt->emit(Event::joined(detail::now_s(self), id, st.ddp->step()));
         detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
       },
@@ -115,7 +113,7 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
       [=](grad_atom, const WireFrame& w) {
         auto got = self->state.ddp->receive(detail::bytes_of(w));
         if (!got) {
-          ++rt->counters.rejected;
+          ++rt->syncer.refused;
           rt->emit(Event::refused(detail::now_s(self), got.error().message()));
           return;
         }

@@ -1,4 +1,4 @@
-// The runtime's shared context (directory, counters, snapshot) and the supervision tree that
+// The run's description and ledger (runtime.hpp), and the supervision tree that
 // starts chips, islands and the syncer: root → syncer + island-i supervisors → island + chips.
 #include "diloco/actors/runtime.hpp"
 
@@ -73,49 +73,112 @@ std::vector<ChaosEvent> make_schedule(const RunConfig& cfg) {
 
 }  // namespace
 
-// The end-of-run rule is libdiloco's (budget.hpp); these read the counters it needs.
-bool Runtime::budget_spent(long step) const { return diloco::budget_spent(budget, step, counters.tokens.load()); }
+// The end-of-run rule is libdiloco's (budget.hpp); these read the records it needs.
+bool Runtime::budget_spent(long step) const { return diloco::budget_spent(budget, step, tally().tokens); }
 
 bool Runtime::trained() const {
+  // An island's own record, or what the syncer heard of it (a syncer-only process runs none).
   std::vector<long> steps;
-  for (const auto& s : island_steps) steps.push_back(s.load());
-  return all_trained(budget, steps, counters.tokens.load());
+  for (std::size_t i = 0; i < islands.size(); ++i)
+    steps.push_back(std::max(islands[i].step.load(), syncer.heard_step[i].load()));
+  return all_trained(budget, steps, tally().tokens);
 }
 
 bool Runtime::all_done() const {
   std::vector<bool> done, up;
-  for (std::size_t i = 0; i < island_done.size(); ++i) {
-    done.push_back(island_done[i].load());
-    up.push_back(island_live[i].load() != 0);
+  for (const auto& r : islands) {
+    done.push_back(r.done.load());
+    up.push_back(r.live.load() != 0);
   }
-  return diloco::all_done(budget, done, up, counters.tokens.load());
+  return diloco::all_done(budget, done, up, tally().tokens);
 }
 
 Run::Run(RunConfig c)
     : cfg(std::move(c)), budget(RunBudget::of(cfg)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
                               cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::ddp ? 1 : cfg.fragments.count)),
-      initial(layout_model->layout().size()), schedule(make_schedule(cfg)) {
+      initial(layout_model->layout().size()), schedule(make_schedule(cfg)),
+      resume_steps(static_cast<std::size_t>(cfg.train.islands), 0) {
   layout_model->init(initial, cfg.train.seed);
 }
 
-Ledger::Ledger(const Run& run, std::function<void(const Event&)> on_event)
-    : island_steps(static_cast<std::size_t>(run.cfg.train.islands)),
-      incarnations(static_cast<std::size_t>(run.cfg.train.islands)),
-      island_done(static_cast<std::size_t>(run.cfg.train.islands)),
-      island_live(static_cast<std::size_t>(run.cfg.train.islands)),
-      island_finished(static_cast<std::size_t>(run.cfg.train.islands)), global(run.initial),
-      on_event_(std::move(on_event)) {
+SyncerRecord::SyncerRecord(const Run& run)
+    : finished(static_cast<std::size_t>(run.cfg.train.islands)), heard_step(static_cast<std::size_t>(run.cfg.train.islands)),
+      global_(run.initial) {
+  for (auto& f : finished) f = false;
+  for (auto& s : heard_step) s = 0;
+}
+
+std::optional<Checkpoint> SyncerRecord::snapshot() const {
+  std::lock_guard lk(mu_);
+  return snapshot_;
+}
+
+void SyncerRecord::keep_snapshot(Checkpoint cp) {
+  std::lock_guard lk(mu_);
+  snapshot_ = std::move(cp);
+}
+
+void SyncerRecord::publish(std::span<const float> params, std::uint64_t round, bool new_round) {
+  std::lock_guard lk(mu_);
+  global_.assign(params.begin(), params.end());
+  if (new_round && round > round_) {
+    new_rounds_.emplace_back(round, global_);
+    if (new_rounds_.size() > max_new_rounds) new_rounds_.pop_front();
+  }
+  round_ = std::max(round_, round);
+}
+
+std::pair<std::vector<float>, std::uint64_t> SyncerRecord::global() const {
+  std::lock_guard lk(mu_);
+  return {global_, round_};
+}
+
+std::uint64_t SyncerRecord::round() const {
+  std::lock_guard lk(mu_);
+  return round_;
+}
+
+std::deque<std::pair<std::uint64_t, std::vector<float>>> SyncerRecord::take_new_rounds() {
+  std::deque<std::pair<std::uint64_t, std::vector<float>>> out;
+  std::lock_guard lk(mu_);
+  out.swap(new_rounds_);
+  return out;
+}
+
+namespace {
+GoodputMeter initial_goodput(const Run& run) {
   const auto& cfg = run.cfg;
-  for (auto& s : island_steps) s = 0;
-  for (auto& n : incarnations) n = 0;
-  for (auto& d : island_done) d = false;
-  for (auto& l : island_live) l = 0;
-  for (auto& f : island_finished) f = false;
-  goodput = std::make_unique<GoodputMeter>(cfg.train.islands, cfg.islands.chips, run.P(),
-                                           run.ddp() || run.synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
-                                           cfg.chaos.downtime_gap_s, 0.0);
-  goodput->set_total_chips(cfg.islands.total_chips(cfg.train.islands));
+  GoodputMeter g(cfg.train.islands, cfg.islands.chips, run.P(),
+                 run.ddp() || run.synchronous() ? cfg.train.islands : cfg.quorum.min_islands, cfg.chaos.downtime_gap_s, 0.0);
+  g.set_total_chips(cfg.islands.total_chips(cfg.train.islands));
+  return g;
+}
+}  // namespace
+
+Ledger::Ledger(const Run& run, std::function<void(const Event&)> on_event)
+    : islands(static_cast<std::size_t>(run.cfg.train.islands)), syncer(run), gateway(site_count(run.cfg)),
+      goodput_(initial_goodput(run)), on_event_(std::move(on_event)) {
+  for (int i = 0; i < run.cfg.train.islands; ++i) chips.emplace_back(static_cast<std::size_t>(run.cfg.islands.chips_of(i)));
+}
+
+Tally Ledger::tally() const {
+  Tally t;
+  for (const auto& r : islands) {
+    t.tokens += r.tokens.load();
+    t.bytes_sent += r.bytes_up.load();
+    t.live_islands += r.live.load() != 0 ? 1 : 0;
+    t.islands_done += r.done.load() ? 1 : 0;
+    t.rejected += r.refused.load();
+  }
+  for (const auto& island : chips)
+    for (const auto& c : island) t.live_chips += c.starts.load() - c.ends.load();
+  t.bytes_sent += syncer.bytes_down.load();
+  t.commits = syncer.commits.load();
+  t.dropped_stale = syncer.dropped_stale.load();
+  t.rejected += syncer.refused.load() + gateway.refused.load();
+  for (const auto& r : gateway.relay_refused) t.rejected += r.load();
+  return t;
 }
 
 Runtime::Runtime(RunConfig c, std::function<void(const Event&)> on_event)
@@ -126,9 +189,19 @@ double Runtime::speed(int island, double now) const {
   return cfg.islands.speed_of(island) * windows.slowdown(island, now);
 }
 
-GoodputMeter::Report Ledger::goodput_report(double now) {
-  std::lock_guard lk(goodput_mu);
-  return goodput->report(now - t0.load());
+GoodputMeter::Report Ledger::goodput_report(double now) const {
+  std::lock_guard lk(goodput_mu_);
+  return goodput_.report(now - t0.load());
+}
+
+void Ledger::publish_goodput(const GoodputMeter& m) {
+  std::lock_guard lk(goodput_mu_);
+  goodput_ = m;
+}
+
+GoodputMeter Ledger::goodput_copy() const {
+  std::lock_guard lk(goodput_mu_);
+  return goodput_;
 }
 
 void Ledger::emit(const Event& e) {
@@ -149,6 +222,7 @@ std::optional<std::string> Ledger::stopped() const {
 caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, EventSink sink, SpawnSet what) {
   const auto& c = rt->cfg;
   rt->t0 = detail::now_s(sys.clock());
+  rt->meter = spawn_meter(sys, rt);
   // A unit under repair (faults.hpp) is started by its supervisor but registers itself only when
   // the repair is over; until then the others find its dead predecessor and carry on without it.
   // train.mode "ddp" runs its own protocol: the parameter server in the syncer's place and a ddp
@@ -183,6 +257,7 @@ caf::actor spawn_runtime(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ev
   }
   auto root = spawn_supervisor(sys, "root", flags_of(c.supervision, Strategy::one_for_one), std::move(root_children),
                                std::move(sink));
+  meter_watch(rt->meter, root);
   if (!rt->schedule.empty()) spawn_fault_driver(sys, rt, std::move(what), root);
   return root;
 }

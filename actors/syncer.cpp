@@ -47,14 +47,21 @@ struct SyncerState {
 int members(const SyncerState& st, const Runtime& rt) {
   int n = 0;
   for (int i = 0; i < rt.cfg.train.islands; ++i)
-    n += st.islands.count(i) || rt.island_finished[static_cast<std::size_t>(i)].load() ? 1 : 0;
+    n += st.islands.count(i) || rt.syncer.finished[static_cast<std::size_t>(i)].load() ? 1 : 0;
   return n;
+}
+
+/// The last step heard of island `i` (never back): what a restarted site process resumes from.
+void note_heard(Runtime& rt, const SyncerState& st, int i) {
+  auto& heard = rt.syncer.heard_step[static_cast<std::size_t>(i)];
+  const auto step = static_cast<long>(std::min<std::uint64_t>(st.core->last_step(i), std::numeric_limits<long>::max()));
+  if (step > heard.load()) heard = step;
 }
 
 /// Island `id` finished, or (on joining) trains again: the flag the app reads, the member count
 /// and the core's quorum, in that order (finished islands count among the members).
 void set_finished(SyncerState& st, Runtime& rt, int id, bool finished) {
-  rt.island_finished[static_cast<std::size_t>(id)] = finished;
+  rt.syncer.finished[static_cast<std::size_t>(id)] = finished;
   st.core->set_live_islands(members(st, rt));
   st.core->finish(id, finished);
 }
@@ -83,7 +90,7 @@ double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Fram
   double t_link = 0.0;
   auto w = detail::to_wire(frame);
   for (auto& [id, a] : self->state.islands) {
-    rt.counters.bytes_sent += w.bytes.size();
+    rt.syncer.bytes_down += w.bytes.size();
     t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, a, global_atom::value, w));
   }
   return t_link;
@@ -108,15 +115,15 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
                                              : h.error().reason)));
     }
     t_link = std::max(t_link, broadcast(self, rt, *frame));
-    ++rt.counters.commits;
-    rt.account([&](GoodputMeter& g) {
-      for (auto& [key, n] : st.accepted) {
-        if (key.second != c.fragment) continue;
-        const bool merged = std::find(c.islands.begin(), c.islands.end(), key.first) != c.islands.end();
-        for (; n > 0; --n) merged ? g.merged(key.first, key.second) : g.dropped(key.first, key.second);
-      }
-      g.commit(now - rt.t0.load());
-    });
+    ++rt.syncer.commits;
+    for (auto& [key, n] : st.accepted) {
+      if (key.second != c.fragment) continue;
+      const bool merged = std::find(c.islands.begin(), c.islands.end(), key.first) != c.islands.end();
+      for (; n > 0; --n)
+        detail::tell_meter(rt, merged ? GoodputFact::merged_of(key.first, key.second)
+                                      : GoodputFact::dropped_of(key.first, key.second));
+    }
+    detail::tell_meter(rt, GoodputFact::committed_at(now - rt.t0.load()));
     rt.emit(Event::committed(now, c.round, c.fragment, c.merged, c.islands));
   }
   if (!commits.empty()) {
@@ -125,17 +132,14 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     st.t_sync = st.t_sync == 0.0 ? t : 0.9 * st.t_sync + 0.1 * t;
     st.core->set_timing(st.t_step, st.t_sync);
   }
-  if (!commits.empty()) detail::publish_global(rt, st.core->params(), st.core->global_round(), true);
+  if (!commits.empty()) rt.syncer.publish(st.core->params(), st.core->global_round(), true);
   if (st.core->snapshot_due()) {
     auto cp = st.core->snapshot();
     if (!rt.cfg.syncer.checkpoint.empty()) {
       auto ok = save_checkpoint(rt.cfg.syncer.checkpoint, rt.layout_model->layout(), rt.plan, cp);
       if (!ok) spdlog::error("syncer: snapshot not written: {}", ok.error().message());
     }
-    {
-      std::lock_guard lk(rt.snap_mu);
-      rt.last_snapshot = std::move(cp);
-    }
+    rt.syncer.keep_snapshot(std::move(cp));
     st.core->mark_snapshot();
     rt.emit(Event::snapshot_taken(now, st.core->global_round()));
   }
@@ -181,11 +185,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
                          "unusable syncer state file, refusing to start over it: " + got.error().message());
     cp = std::move(*got);
   }
-  if (!cp) {
-    std::lock_guard lk(rt->snap_mu);
-    cp = rt->last_snapshot;
-  }
-  const bool restart = ++rt->syncer_starts > 1;
+  if (!cp) cp = rt->syncer.snapshot();
+  const bool restart = ++rt->syncer.starts > 1;
   if (cp) {
     if (auto ok = st.core->restore(*cp); !ok)
       return syncer_halt(self, *rt, Event::Kind::unusable_state, -1,
@@ -202,10 +203,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   // learns where its islands were. Islands that are still around re-join and tell it anew.
   for (int i = 0; i < c.train.islands; ++i) {
     const auto k = static_cast<std::size_t>(i);
-    rt->island_finished[k] = st.core->finished(i);
-    const auto heard = static_cast<long>(std::min<std::uint64_t>(st.core->last_step(i), std::numeric_limits<long>::max()));
-    for (long was = rt->island_steps[k].load(); heard > was && !rt->island_steps[k].compare_exchange_weak(was, heard);) {
-    }
+    rt->syncer.finished[k] = st.core->finished(i);
+    note_heard(*rt, st, i);
   }
   st.core->set_live_islands(members(st, *rt));
   self->set_down_handler([self, rt](caf::down_msg& m) {
@@ -228,7 +227,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         auto reply = detail::to_wire(encode_message(st.core->join_reply()));
-        rt->counters.bytes_sent += reply.bytes.size();
+        rt->syncer.bytes_down += reply.bytes.size();
         rt->emit(Event::joined(detail::now_s(self), id, st.core->global_round()));
         detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
       },
@@ -239,6 +238,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         const int id = pm->island;
         const double now = detail::now_s(self);
         st.core->heard(id, pm->local_step);
+        note_heard(*rt, st, id);
         if (pm->diverged) return;  // the run stops (admit_progress)
         if (pm->finished) {
           // The island trained its budget and sent its last contributions: rounds stop
@@ -258,11 +258,11 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         auto got = self->state.core->receive(detail::bytes_of(w), detail::now_s(self));
         if (!got) {
           const bool stale = got.error().code == errc::stale_round;
-          ++(stale ? rt->counters.dropped_stale : rt->counters.rejected);
+          ++(stale ? rt->syncer.dropped_stale : rt->syncer.refused);
           if (stale)
             if (auto m = decode_message(detail::bytes_of(w)); m && std::holds_alternative<FragmentMessage>(*m)) {
               const auto& h = std::get<FragmentMessage>(*m).header;
-              rt->account([&](GoodputMeter& g) { g.dropped(h.island, static_cast<int>(h.index)); });
+              detail::tell_meter(*rt, GoodputFact::dropped_of(h.island, static_cast<int>(h.index)));
             }
           rt->emit(stale ? Event::dropped_late(detail::now_s(self), got.error().message())
                          : Event::refused(detail::now_s(self), got.error().message()));

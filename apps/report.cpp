@@ -1,8 +1,18 @@
 // The report writer (report.hpp).
 #include "report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "diloco/actors/runtime.hpp"
+
+using diloco::Event;
+using diloco::FaultKind;
 
 void Timeline::line(const std::string& s) {
   std::lock_guard lk(mu_);
@@ -23,4 +33,231 @@ void JsonLines::write(const Json& object) {
   if (!out_.is_open()) return;
   out_ << object.dump() << "\n";
   out_.flush();
+}
+
+// ---- the fault timeline ----
+
+double FaultTimeline::since() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void FaultTimeline::restart_clock() {
+  std::lock_guard lk(mu_);
+  start_ = std::chrono::steady_clock::now();
+}
+
+/// Time to heal: from the injected fault to the unit working again (" [chip 0.1 healed in 0.5 s]").
+std::string FaultTimeline::healed(const std::string& unit, double t) {
+  auto it = down_.find(unit);
+  if (it == down_.end()) return {};
+  const double d = t - it->second;
+  down_.erase(it);
+  return fmt::format(" [{} healed in {:.3f} s]", unit, d);
+}
+
+void FaultTimeline::on(const Event& e) {
+  std::lock_guard lk(mu_);
+  const double t = since();
+  const auto at = fmt::format("{:8.2f}s  ", t);
+  if (e.kind == Event::Kind::step) {
+    if (std::isfinite(e.loss)) loss_sum_ += e.loss, ++loss_count_;
+    const int chips = islands_.chips_of(e.island);
+    if (e.chips != chips) return;
+    for (int c = 0; c < chips; ++c) {
+      auto note = healed("chip " + std::to_string(e.island) + "." + std::to_string(c), t);
+      if (!note.empty())
+        lines_.push_back(at + fmt::format("island {} steps with all {} chips again at step {}{}", e.island, chips, e.step, note));
+    }
+    return;
+  }
+  switch (e.kind) {
+    case Event::Kind::fault:
+      faults_.emplace_back(t, e.detail);
+      if (e.fault == FaultKind::chip) down_["chip " + std::to_string(e.island) + "." + std::to_string(e.chip)] = t;
+      else if (e.fault == FaultKind::island) down_["island " + std::to_string(e.island)] = t;
+      else if (e.fault == FaultKind::syncer) down_["syncer"] = t;
+      lines_.push_back(at + e.detail);
+      return;
+    case Event::Kind::heal:
+      if (e.incarnation <= 1) return;  // the first start of every island is not news
+      lines_.push_back(at + fmt::format("island {} (incarnation {}) healed to round {} at step {}{}", e.island, e.incarnation,
+                                        e.round, e.step, healed("island " + std::to_string(e.island), t)));
+      return;
+    case Event::Kind::rejoin:
+      lines_.push_back(at + fmt::format("island {} re-joined the syncer (base round {}) at step {}", e.island, e.round, e.step));
+      return;
+    case Event::Kind::restore:
+      lines_.push_back(at + fmt::format("syncer restarted ({}) at global round {}{}", e.detail, e.round, healed("syncer", t)));
+      return;
+    case Event::Kind::rejected: lines_.push_back(at + "refused a frame: " + e.detail); return;
+    case Event::Kind::diverged:
+    case Event::Kind::unusable_state: lines_.push_back(at + e.detail); return;
+    case Event::Kind::dropped:
+      // Late contributions are normal in small numbers; the first few are shown, all counted.
+      if (++dropped_shown_ > 10) return;
+      lines_.push_back(at + "syncer dropped a late contribution: " + e.detail +
+                       (dropped_shown_ == 10 ? " (further drops are only counted)" : ""));
+      return;
+    default: return;
+  }
+}
+
+double FaultTimeline::take_train_loss() {
+  std::lock_guard lk(mu_);
+  const double mean = loss_count_ ? loss_sum_ / static_cast<double>(loss_count_) : std::nan("");
+  loss_sum_ = 0.0;
+  loss_count_ = 0;
+  return mean;
+}
+
+void FaultTimeline::print() const {
+  std::lock_guard lk(mu_);
+  std::printf("timeline (%zu events):\n", lines_.size());
+  for (const auto& l : lines_) std::printf("  %s\n", l.c_str());
+  std::fflush(stdout);
+}
+
+std::vector<std::pair<double, std::string>> FaultTimeline::faults() const {
+  std::lock_guard lk(mu_);
+  return faults_;
+}
+
+// ---- the round table ----
+
+void RoundTable::header() const {
+  std::printf("%6s %11s %10s %9s %8s %6s %7s %12s %8s\n", "round", "train_loss", "eval_loss", "tok/s", "islands", "chips",
+              "quorum", "MB_on_wire", "goodput");
+  std::fflush(stdout);
+}
+
+void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, double now, double seconds) const {
+  const auto t = rt_.tally();
+  const auto gp = rt_.goodput_report(now);
+  const int quorum = rt_.synchronous() ? rt_.cfg.train.islands : rt_.cfg.quorum.min_islands;
+  std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%\n", static_cast<unsigned long long>(round), train_loss,
+              eval_loss, t.tokens / std::max(seconds, 1e-9), t.live_islands, t.live_chips, quorum, t.bytes_sent / 1e6,
+              100.0 * gp.goodput);
+  std::fflush(stdout);
+  jsonl_.write(Json{{"round", round},
+                    {"train_loss", train_loss},
+                    {"eval_loss", eval_loss},
+                    {"tokens", t.tokens},
+                    {"bytes", t.bytes_sent},
+                    {"goodput", gp.goodput},
+                    {"useful_chip_s", gp.useful_chip_s},
+                    {"provisioned_chip_s", gp.provisioned_chip_s},
+                    {"downtime_s", gp.global_downtime_s},
+                    {"live_islands", t.live_islands},
+                    {"seconds", seconds}});
+}
+
+// ---- the summary ----
+
+void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const FaultTimeline& timeline, JsonLines& jsonl) {
+  const auto& cfg = rt.cfg;
+  const auto t = rt.tally();
+  const auto& gp = end.goodput;
+  timeline.print();
+  std::printf("done: %s on actors, %llu global rounds, final eval loss %.4f ± %.4f nats/token",
+              std::string(name_of(cfg.train.mode)).c_str(), static_cast<unsigned long long>(end.rounds), end.eval.loss,
+              end.eval.std_error);
+  if (auto floor = rt.corpus.entropy_floor())
+    std::printf(" (entropy floor %.4f, unigram entropy %.4f)", *floor, rt.corpus.unigram_entropy());
+  std::printf(", %llu tokens in %.1f s (%.0f tok/s), %.2f MB on the wire", static_cast<unsigned long long>(t.tokens),
+              end.seconds, t.tokens / std::max(end.seconds, 1e-9), t.bytes_sent / 1e6);
+  std::printf("; %llu fragment commits, %llu late contributions dropped, %llu frames refused\n",
+              static_cast<unsigned long long>(t.commits), static_cast<unsigned long long>(t.dropped_stale),
+              static_cast<unsigned long long>(t.rejected));
+  std::printf("goodput %.1f%%: %.1f of %.1f chip-seconds reached the global model (lost: %.1f to failures, %.1f to "
+              "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
+              100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
+              gp.in_flight_chip_s, gp.global_downtime_s);
+  if (jsonl) {
+    for (const auto& [at, what] : timeline.faults()) jsonl.write(Json{{"fault", what}, {"seconds", at}});
+    // Per site link: bytes each way and the busiest second (peak bandwidth in use).
+    auto links = Json::array();
+    for (const auto& l : rt.links.report())
+      links.push_back(Json{{"site", l.site},
+                           {"up_bytes", l.up_bytes},
+                           {"down_bytes", l.down_bytes},
+                           {"up_peak_mbps", l.up_peak * l.bandwidth_Bps * 8e-6},
+                           {"down_peak_mbps", l.down_peak * l.bandwidth_Bps * 8e-6},
+                           {"bandwidth_mbps", l.bandwidth_Bps * 8e-6}});
+    jsonl.write(Json{{"summary", true},
+                     {"mode", name_of(cfg.train.mode)},
+                     {"final_eval_loss", end.eval.loss},
+                     {"final_eval_std_error", end.eval.std_error},
+                     {"seconds", end.seconds},
+                     {"tokens", t.tokens},
+                     {"bytes", t.bytes_sent},
+                     {"goodput", gp.goodput},
+                     {"useful_chip_s", gp.useful_chip_s},
+                     {"provisioned_chip_s", gp.provisioned_chip_s},
+                     {"downtime_s", gp.global_downtime_s},
+                     {"faults", rt.schedule.size()},
+                     {"schedule_hash", fmt::format("{:016x}", diloco::schedule_hash(rt.schedule))},
+                     {"rounds", end.rounds},
+                     {"commits", t.commits},
+                     {"dropped_stale", t.dropped_stale},
+                     {"links", std::move(links)}});
+  }
+  if (!rt.links.empty()) {
+    const auto links = rt.links.totals();
+    std::printf("links (emulated%s): %.2f MB carried incl. progress reports, %llu retransmissions\n",
+                cfg.wan.enabled ? "" : ", ideal but for partitions", links.bytes / 1e6,
+                static_cast<unsigned long long>(links.retransmissions));
+    for (const auto& l : rt.links.report())
+      std::printf("  %-12s %8.1f Mbit/s  up %10.3f MB (peak %5.1f%%)  down %10.3f MB (peak %5.1f%%)\n", l.site.c_str(),
+                  l.bandwidth_Bps * 8e-6, l.up_bytes / 1e6, 100.0 * l.up_peak, l.down_bytes / 1e6, 100.0 * l.down_peak);
+  }
+  std::fflush(stdout);
+}
+
+void log_start(const diloco::actors::Runtime& rt, const std::string& config_label, unsigned threads) {
+  const auto& cfg = rt.cfg;
+  spdlog::info("config: {}", config_label.empty() ? "built-in defaults" : config_label);
+  spdlog::info("data: {}", rt.corpus.describe());
+  std::string speeds;
+  for (int i = 0; i < cfg.train.islands; ++i) speeds += fmt::format("{}{:.2f}", i ? "," : "", cfg.islands.speed_of(i));
+  spdlog::info("mode {} (actor runtime{}): {} islands x {} chips (speed {}; <1 is emulated by delayed chip "
+               "replies), {} steps, H={}, P={}, K={}, grace {}, encoding {}, {} scheduler threads",
+               name_of(cfg.train.mode), rt.synchronous() ? ", synchronous rounds" : "", cfg.train.islands,
+               cfg.islands.counts.empty() ? std::to_string(cfg.islands.chips)
+                                          : fmt::format("[{}]", fmt::join(cfg.islands.counts, ",")),
+               speeds, cfg.train.steps, cfg.train.H, rt.P(), rt.synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
+               name_of(cfg.quorum.grace), cfg.fragments.encoding, threads);
+  if (rt.schedule.empty()) return;
+  spdlog::info("fault schedule: {} events (hash {:016x}){}", rt.schedule.size(), diloco::schedule_hash(rt.schedule),
+               cfg.chaos.enabled ? fmt::format(", chaos seed {}", cfg.chaos.seed) : std::string());
+  for (std::size_t k = 0; k < rt.schedule.size() && k < 8; ++k) spdlog::info("  {}", rt.schedule[k].describe());
+  if (rt.schedule.size() > 8) spdlog::info("  ... and {} more", rt.schedule.size() - 8);
+}
+
+// ---- the lines of the syncer and site processes ----
+
+std::optional<std::string> syncer_line(const Event& e) {
+  switch (e.kind) {
+    case Event::Kind::restore: return "syncer restored (" + e.detail + ") at global round " + std::to_string(e.round);
+    case Event::Kind::join: return "island " + std::to_string(e.island) + " joined at global round " + std::to_string(e.round);
+    case Event::Kind::rejected: return "refused: " + e.detail;
+    case Event::Kind::dropped: return "dropped a late contribution: " + e.detail;
+    case Event::Kind::diverged:
+    case Event::Kind::unusable_state: return e.detail;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<std::string> site_line(const Event& e, long every_steps) {
+  switch (e.kind) {
+    case Event::Kind::step:
+      if (e.step % every_steps != 0) return std::nullopt;
+      return fmt::format("island {} step {} train loss {:.4f}", e.island, e.step, e.loss);
+    case Event::Kind::heal:
+      return fmt::format("island {} (incarnation {}) healed to global round {} at step {}", e.island, e.incarnation, e.round,
+                         e.step);
+    case Event::Kind::rejoin:
+      return fmt::format("island {} re-joined the syncer (base round {}) at step {}", e.island, e.round, e.step);
+    case Event::Kind::fault: return e.detail;
+    default: return std::nullopt;
+  }
 }

@@ -1,14 +1,29 @@
-// The apps' one report writer: a timeline of timestamped lines on stdout and JSON lines for
-// --metrics, every object built with nlohmann::json (keys in the order written; a number that
-// is not finite becomes null).
+// The apps' one report writer: what a run on the actors shows a person (the fault timeline, the
+// per-round table, the summary, each process's event lines) on stdout, and the same as JSON
+// lines for --metrics, every object built with nlohmann::json (keys in the order written; a
+// number that is not finite becomes null).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "diloco/config.hpp"
+#include "diloco/events.hpp"
+#include "diloco/goodput.hpp"
+#include "diloco/model.hpp"
+
+namespace diloco::actors {
+struct Runtime;
+}
 
 using Json = nlohmann::ordered_json;
 
@@ -36,3 +51,69 @@ public:
 private:
   std::ofstream out_;
 };
+
+/// The story of a run on the actors in one process, told by its events (fed from any thread):
+/// faults, units healed with the time each took, syncer restores, refusals and the first late
+/// drops; and the mean training loss of the steps since the last round was shown.
+class FaultTimeline {
+public:
+  explicit FaultTimeline(diloco::IslandsConfig islands) : islands_(std::move(islands)) {}
+  void on(const diloco::Event& e);
+  /// Times count from now on (the run starts).
+  void restart_clock();
+  /// Mean training loss of the steps since the last call (NaN: none).
+  double take_train_loss();
+  /// Prints "timeline (N events):" and every line.
+  void print() const;
+  /// Every fault as (seconds since the start, what), for --metrics.
+  std::vector<std::pair<double, std::string>> faults() const;
+
+private:
+  double since() const;
+  std::string healed(const std::string& unit, double t);
+  mutable std::mutex mu_;
+  diloco::IslandsConfig islands_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  double loss_sum_ = 0.0;
+  long loss_count_ = 0;
+  std::vector<std::string> lines_;
+  std::map<std::string, double> down_;  // unit → when its fault was injected (time to heal)
+  std::vector<std::pair<double, std::string>> faults_;
+  int dropped_shown_ = 0;
+};
+
+/// The per-round table of `diloco run` on the actors: a header, then one row per global round
+/// read off the runtime's ledger (and a JSON line each).
+class RoundTable {
+public:
+  RoundTable(const diloco::actors::Runtime& rt, JsonLines& jsonl) : rt_(rt), jsonl_(jsonl) {}
+  void header() const;
+  /// Round `round` with its training loss, eval loss, at actor-clock second `now` and
+  /// `seconds` since the start.
+  void row(std::uint64_t round, double train_loss, double eval_loss, double now, double seconds) const;
+
+private:
+  const diloco::actors::Runtime& rt_;
+  JsonLines& jsonl_;
+};
+
+/// The figures of a finished run that are not in its ledger.
+struct RunEnd {
+  std::uint64_t rounds = 0;
+  diloco::EvalResult eval;
+  double seconds = 0.0;
+  diloco::GoodputMeter::Report goodput;
+};
+
+/// The summary of `diloco run` on the actors: the final line, goodput, the links per site, and
+/// the summary JSON line with the faults.
+void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const FaultTimeline& timeline, JsonLines& jsonl);
+
+/// The log lines that open `diloco run` on the actors: the config, the data, the topology and
+/// the fault schedule.
+void log_start(const diloco::actors::Runtime& rt, const std::string& config_label, unsigned threads);
+
+/// What the syncer process (`diloco syncer`) and a site process (`diloco site`) print of an
+/// event, if anything.
+std::optional<std::string> syncer_line(const diloco::Event& e);
+std::optional<std::string> site_line(const diloco::Event& e, long every_steps);

@@ -91,23 +91,11 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   auto mu = std::make_shared<std::mutex>();
   auto commits = std::make_shared<std::deque<Commit>>();
   auto rt = std::make_shared<Runtime>(cfg, [tl, mu, commits](const Event& e) {
-    switch (e.kind) {
-      case Event::Kind::commit: {
-        std::lock_guard lk(*mu);
-        commits->push_back({e.round, e.fragment, e.islands, tl->since()});
-        return;
-      }
-      case Event::Kind::restore:
-        tl->line("syncer restored (" + e.detail + ") at global round " + std::to_string(e.round));
-        return;
-      case Event::Kind::join:
-        tl->line("island " + std::to_string(e.island) + " joined at global round " + std::to_string(e.round));
-        return;
-      case Event::Kind::rejected: tl->line("refused: " + e.detail); return;
-      case Event::Kind::dropped: tl->line("dropped a late contribution: " + e.detail); return;
-      case Event::Kind::diverged:
-      case Event::Kind::unusable_state: tl->line(e.detail); return;
-      default: return;
+    if (e.kind == Event::Kind::commit) {  // printed by the watching thread, with its JSON line
+      std::lock_guard lk(*mu);
+      commits->push_back({e.round, e.fragment, e.islands, tl->since()});
+    } else if (auto line = syncer_line(e)) {
+      tl->line(*line);
     }
   });
   // A state file the syncer cannot resume from is refused before anything listens (the syncer
@@ -187,7 +175,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   WatchRules rules;
   rules.done = [&] {
     if (!rt->final_sync()) return rt->trained();
-    for (const auto& f : rt->island_finished)
+    for (const auto& f : rt->syncer.finished)
       if (!f.load()) return false;
     return true;
   };
@@ -207,12 +195,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                   c.fragment, list(c.islands).c_str());
       jsonl.write(Json{{"event", "commit"}, {"round", c.round}, {"fragment", c.fragment}, {"islands", c.islands}, {"t", c.t}});
     }
-    std::deque<std::pair<std::uint64_t, std::vector<float>>> rounds;
-    {
-      std::lock_guard lk(rt->global_mu);
-      rounds.swap(rt->new_rounds);
-    }
-    for (const auto& [round, global] : rounds) {
+    for (const auto& [round, global] : rt->syncer.take_new_rounds()) {
       last_eval = evaluate(*model, global, round_eval);
       last_round = round;
       std::printf("%8.2fs  round %llu eval loss %.4f\n", tl->since(), static_cast<unsigned long long>(round), last_eval);
@@ -234,18 +217,14 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
     case WatchEnd::How::done: break;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<float> final_params;
-  {
-    std::lock_guard lk(rt->global_mu);
-    final_params = rt->global;
-  }
+  const auto final_params = rt->syncer.global().first;
   const auto final_measured = evaluate_with_error(*model, final_params, eval);
   const double final_eval = final_measured.loss;
   std::printf("done: syncer, %llu global rounds, final eval loss %.4f ± %.4f nats/token (initial %.4f), %.1f s, %llu "
               "fragment commits, %.3f MB accounted syncer -> sites, %llu frames refused\n",
               static_cast<unsigned long long>(last_round), final_eval, final_measured.std_error, initial_eval, secs,
-              static_cast<unsigned long long>(rt->counters.commits.load()), rt->counters.bytes_sent.load() / 1e6,
-              static_cast<unsigned long long>(rt->counters.rejected.load()));
+              static_cast<unsigned long long>(rt->tally().commits), rt->tally().bytes_sent / 1e6,
+              static_cast<unsigned long long>(rt->tally().rejected));
   std::fflush(stdout);
   jsonl.write(Json{{"event", "done"},
                    {"rounds", last_round},
@@ -253,8 +232,8 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                    {"final_eval_std_error", final_measured.std_error},
                    {"initial_eval_loss", initial_eval},
                    {"seconds", secs},
-                   {"bytes_accounted", rt->counters.bytes_sent.load()},
-                   {"rejected", rt->counters.rejected.load()}});
+                   {"bytes_accounted", rt->tally().bytes_sent},
+                   {"rejected", rt->tally().rejected}});
   caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   return 0;
@@ -276,21 +255,7 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   auto tl = std::make_shared<Timeline>();
   const long every = std::max(1, cfg.train.H);
   auto rt = std::make_shared<Runtime>(cfg, [tl, every](const Event& e) {
-    switch (e.kind) {
-      case Event::Kind::step:
-        if (e.step % every == 0) tl->line(fmt::format("island {} step {} train loss {:.4f}", e.island, e.step, e.loss));
-        return;
-      case Event::Kind::heal:
-        tl->line("island " + std::to_string(e.island) + " (incarnation " + std::to_string(e.incarnation) +
-                 ") healed to global round " + std::to_string(e.round) + " at step " + std::to_string(e.step));
-        return;
-      case Event::Kind::rejoin:
-        tl->line("island " + std::to_string(e.island) + " re-joined the syncer (base round " + std::to_string(e.round) +
-                 ") at step " + std::to_string(e.step));
-        return;
-      case Event::Kind::fault: tl->line(e.detail); return;
-      default: return;
-    }
+    if (auto line = site_line(e, every)) tl->line(*line);
   });
   caf::actor_system_config sc;
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
@@ -329,7 +294,7 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
       if (std::find(mine.begin(), mine.end(), i) == mine.end() || s.steps[k] < 0 ||
           s.steps[k] > rt->cfg.train.steps)
         continue;
-      rt->island_steps[static_cast<std::size_t>(i)] = static_cast<long>(s.steps[k]);
+      rt->resume_steps[static_cast<std::size_t>(i)] = static_cast<long>(s.steps[k]);
     }
     first->store(true);
   };
@@ -351,8 +316,8 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     return 0;
   }
   for (int i : mine)
-    if (rt->island_steps[static_cast<std::size_t>(i)] > 0)
-      tl->line("island " + std::to_string(i) + " resumes at step " + std::to_string(rt->island_steps[static_cast<std::size_t>(i)]));
+    if (const long step = rt->resume_steps[static_cast<std::size_t>(i)]; step > 0)
+      tl->line("island " + std::to_string(i) + " resumes at step " + std::to_string(step));
   SpawnSet only_mine;
   only_mine.syncer = false;
   only_mine.all_islands = false;
@@ -364,10 +329,10 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   // The final sync waits for the merges of the islands' last contributions, at most
   // train.final_sync_s after their last steps.
   WatchRules rules;
-  rules.done = [&] { return rt->counters.islands_done.load() >= static_cast<int>(mine.size()); };
+  rules.done = [&] { return rt->tally().islands_done >= static_cast<int>(mine.size()); };
   rules.trained = [&] {
     for (int i : mine)
-      if (!rt->budget_spent(rt->island_steps[static_cast<std::size_t>(i)].load())) return false;
+      if (!rt->budget_spent(rt->islands[static_cast<std::size_t>(i)].step.load())) return false;
     return true;
   };
   rules.final_sync_s = cfg.train.final_sync_s;
@@ -395,8 +360,8 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   const auto sock = door->stats();
   std::printf("done: site %s, islands %s, %llu tokens in %.1f s, %.3f MB accounted site -> syncer; "
               "sockets: %llu bytes sent, %llu received\n",
-              f.site.c_str(), list(mine).c_str(), static_cast<unsigned long long>(rt->counters.tokens.load()), secs,
-              rt->counters.bytes_sent.load() / 1e6, static_cast<unsigned long long>(sock.bytes_sent),
+              f.site.c_str(), list(mine).c_str(), static_cast<unsigned long long>(rt->tally().tokens), secs,
+              rt->tally().bytes_sent / 1e6, static_cast<unsigned long long>(sock.bytes_sent),
               static_cast<unsigned long long>(sock.bytes_received));
   std::fflush(stdout);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);

@@ -36,21 +36,17 @@ Result run(const diloco::RunConfig& cfg) {
   caf::actor_system sys(sc);
   const auto start = std::chrono::steady_clock::now();
   auto root = diloco::actors::spawn_runtime(sys, rt);
-  while (rt->counters.islands_done.load() < cfg.train.islands)
+  while (rt->tally().islands_done < cfg.train.islands)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the last merges in flight
   Result r;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
-  std::vector<float> global;
-  {
-    std::lock_guard lk(rt->global_mu);
-    global = rt->global;
-  }
+  const auto global = rt->syncer.global().first;
   auto model = diloco::make_model(cfg.model);
   r.eval_loss = diloco::evaluate(*model, global, rt->corpus.eval_batches(cfg.train.batch, cfg.model.seq_len, 64));
-  r.bytes = rt->counters.bytes_sent.load();
-  r.commits = rt->counters.commits.load();
+  r.bytes = rt->tally().bytes_sent;
+  r.commits = rt->tally().commits;
   r.encoding = cfg.fragments.encoding;
   return r;
 }

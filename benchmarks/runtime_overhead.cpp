@@ -30,7 +30,7 @@ double run_actors(const diloco::RunConfig& cfg, std::size_t threads) {
   caf::actor_system sys(sc);
   const auto start = Clock::now();
   auto root = diloco::actors::spawn_runtime(sys, rt);
-  while (rt->counters.islands_done.load() < cfg.train.islands)
+  while (rt->tally().islands_done < cfg.train.islands)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);

@@ -54,20 +54,19 @@ struct Run {
     auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
     rt = std::make_shared<Runtime>(std::move(c), [this](const Event& e) { events.push_back(e); });
     root = spawn_runtime(*sys, rt);
-    for (int k = 0; k < 20000 && rt->counters.islands_done < rt->cfg.train.islands; ++k) {
+    for (int k = 0; k < 20000 && rt->tally().islands_done < rt->cfg.train.islands; ++k) {
       sched.run();
       if (!sched.has_pending_timeout()) break;
       sched.trigger_timeout();
     }
-    BOOST_REQUIRE_MESSAGE(rt->counters.islands_done == rt->cfg.train.islands, "the run did not finish");
+    BOOST_REQUIRE_MESSAGE(rt->tally().islands_done == rt->cfg.train.islands, "the run did not finish");
   }
   ~Run() {
     caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
     dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler()).run();
   }
   std::vector<float> global() {
-    std::lock_guard lk(rt->global_mu);
-    return rt->global;
+    return rt->syncer.global().first;
   }
 };
 
@@ -88,9 +87,9 @@ void check_matches_reference(const std::string& mode, int chips, int P, int tau,
                           << c.islands.chips_of(1) << ", batch " << batch << " on actors: max |actors - reference| = "
                           << worst);
   BOOST_TEST(worst <= 1e-5);
-  BOOST_TEST(run.rt->global_round == static_cast<std::uint64_t>(c.train.steps / c.train.H));
+  BOOST_TEST(run.rt->syncer.round() == static_cast<std::uint64_t>(c.train.steps / c.train.H));
   // The islands trained train.batch windows a step between them, as the reference loop does.
-  BOOST_TEST(run.rt->counters.tokens.load() == ref.tokens);
+  BOOST_TEST(run.rt->tally().tokens == ref.tokens);
   BOOST_TEST(ref.tokens == std::uint64_t(c.train.islands) * c.train.steps * c.train.batch * c.model.seq_len);
   int steps = 0;
   for (const auto& e : run.events)

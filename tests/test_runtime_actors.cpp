@@ -95,7 +95,7 @@ struct World {
   void settle(bool require_done = true) {
     for (int i = 0; i < 20000; ++i) {
       sched->run();
-      if (require_done && rt->counters.islands_done == rt->cfg.train.islands) return;
+      if (require_done && rt->tally().islands_done == rt->cfg.train.islands) return;
       if (!sched->has_pending_timeout()) break;
       sched->trigger_timeout();
     }
@@ -144,7 +144,7 @@ BOOST_AUTO_TEST_CASE(runtime_without_faults_trains_and_commits_every_round) {
   for (const auto& c : commits) BOOST_TEST(c.merged == 2);
   check_commits(w);
   BOOST_TEST(w.of(Event::Kind::rejected).empty());
-  BOOST_TEST(w.rt->global_round == 6u);
+  BOOST_TEST(w.rt->syncer.round() == 6u);
   for (const auto& s : w.of(Event::Kind::step)) BOOST_TEST(s.chips == 2);
 }
 
@@ -348,15 +348,11 @@ BOOST_AUTO_TEST_CASE(seeded_fault_runs_keep_every_invariant) {
           last[e.fragment] = e.round;
         }
         BOOST_TEST(w.of(Event::Kind::rejected).empty());
-        std::vector<float> global;
-        {
-          std::lock_guard lk(w.rt->global_mu);
-          global = w.rt->global;
-        }
+        const auto global = w.rt->syncer.global().first;
         bool finite = true;
         for (float v : global) finite = finite && std::isfinite(v);
         BOOST_TEST(finite);
-        BOOST_TEST(w.rt->global_round > 0u);
+        BOOST_TEST(w.rt->syncer.round() > 0u);
         BOOST_TEST(eval_loss(cfg, global) < eval_loss(cfg, w.rt->initial));
         const auto h = trace_hash(w);
         if (rep == 0) hash = h;
@@ -382,17 +378,13 @@ void check_matches_reference(const std::string& mode, int P, int tau) {
   const auto ref = run_reference(c);
   World w(c);
   w.settle();
-  std::vector<float> got;
-  {
-    std::lock_guard lk(w.rt->global_mu);
-    got = w.rt->global;
-  }
+  const auto got = w.rt->syncer.global().first;
   BOOST_REQUIRE_EQUAL(got.size(), ref.params.size());
   double worst = 0.0;
   for (std::size_t j = 0; j < got.size(); ++j) worst = std::max(worst, std::abs(double(got[j]) - double(ref.params[j])));
   BOOST_TEST_MESSAGE(mode << " P=" << P << " tau=" << tau << " on actors: max |actors - reference| = " << worst);
   BOOST_TEST(worst <= 1e-5);
-  BOOST_TEST(w.rt->global_round == static_cast<std::uint64_t>(c.train.steps / c.train.H));
+  BOOST_TEST(w.rt->syncer.round() == static_cast<std::uint64_t>(c.train.steps / c.train.H));
 }
 
 }  // namespace
@@ -416,13 +408,13 @@ BOOST_AUTO_TEST_CASE(frames_cross_emulated_wan_links_and_rounds_still_commit) {
   const auto commits = w.of(Event::Kind::commit);
   BOOST_REQUIRE(!commits.empty());
   check_commits(w);
-  BOOST_TEST(w.rt->global_round > 0u);
+  BOOST_TEST(w.rt->syncer.round() > 0u);
   // Every frame went through a link (progress reports too, and resent losses count again).
   const auto links = w.rt->links.totals();
-  BOOST_TEST(links.bytes > w.rt->counters.bytes_sent.load());
+  BOOST_TEST(links.bytes > w.rt->tally().bytes_sent);
   // The first merge waited at least for a fragment to cross (latency) and come back.
   BOOST_TEST(commits.front().at >= 0.04);
-  BOOST_TEST_MESSAGE("link bytes " << links.bytes << ", frame bytes " << w.rt->counters.bytes_sent.load()
+  BOOST_TEST_MESSAGE("link bytes " << links.bytes << ", frame bytes " << w.rt->tally().bytes_sent
                                    << ", retransmissions " << links.retransmissions << ", last commit at "
                                    << commits.back().at << " s");
 }
@@ -476,7 +468,7 @@ BOOST_AUTO_TEST_CASE(ddp_stalls_while_a_killed_island_is_under_repair) {
   }
   BOOST_TEST(during == 0);
   BOOST_TEST(after > 0);
-  BOOST_TEST(w.rt->global_round == 8u);  // 24 steps / H = 3: every step was taken
+  BOOST_TEST(w.rt->syncer.round() == 8u);  // 24 steps / H = 3: every step was taken
   BOOST_TEST(w.started("island-1", "island") == 2);
 }
 
@@ -499,7 +491,7 @@ BOOST_AUTO_TEST_CASE(a_partitioned_site_holds_its_frames_until_the_link_heals) {
   }
   BOOST_TEST(!inside);
   BOOST_TEST(after);
-  BOOST_TEST(w.rt->global_round == 8u);
+  BOOST_TEST(w.rt->syncer.round() == 8u);
   check_commits(w);
 }
 
@@ -518,12 +510,8 @@ BOOST_AUTO_TEST_CASE(chaos_schedule_replays_the_same_trace_for_the_same_seed) {
     w.settle();
     w.settle(false);
     check_commits(w);
-    BOOST_TEST(w.rt->global_round == 10u);
-    std::vector<float> g;
-    {
-      std::lock_guard lk(w.rt->global_mu);
-      g = w.rt->global;
-    }
+    BOOST_TEST(w.rt->syncer.round() == 10u);
+    const auto g = w.rt->syncer.global().first;
     for (float x : g) BOOST_REQUIRE(std::isfinite(x));
     return std::make_tuple(schedule_hash(w.rt->schedule), trace_hash(w), w.of(Event::Kind::fault).size());
   };
@@ -542,9 +530,9 @@ BOOST_AUTO_TEST_CASE(total_token_budget_ends_the_run_when_the_islands_together_t
   World w(c);
   w.settle();
   const std::uint64_t budget = 3ull * c.train.steps * c.train.batch * c.model.seq_len;
-  BOOST_TEST(w.rt->counters.tokens.load() >= budget);
+  BOOST_TEST(w.rt->tally().tokens >= budget);
   // At most one step of each island beyond the budget.
-  BOOST_TEST(w.rt->counters.tokens.load() < budget + 3ull * c.train.batch * c.model.seq_len);
+  BOOST_TEST(w.rt->tally().tokens < budget + 3ull * c.train.batch * c.model.seq_len);
   check_commits(w);
 }
 
@@ -690,7 +678,7 @@ BOOST_AUTO_TEST_CASE(undecodable_frames_on_every_path_are_counted_and_reported) 
       w.settle();
       w.settle(false);
       BOOST_REQUIRE(w.of(Event::Kind::rejected).empty());
-      BOOST_REQUIRE(w.rt->counters.rejected.load() == 0u);
+      BOOST_REQUIRE(w.rt->tally().rejected == 0u);
       WireFrame garbage{{0xde, 0xad, 0xbe, 0xef, 0x00, 0x01, 0x02}};
       const auto beat = encode_message(Heartbeat{0, 1, 2});  // decodes, but no path here carries it
       WireFrame wrong;
@@ -706,7 +694,7 @@ BOOST_AUTO_TEST_CASE(undecodable_frames_on_every_path_are_counted_and_reported) 
       w.sched->run();
       const auto refused = w.of(Event::Kind::rejected);
       BOOST_TEST(refused.size() == 8u);
-      BOOST_TEST(w.rt->counters.rejected.load() == 8u);
+      BOOST_TEST(w.rt->tally().rejected == 8u);
       const std::string broadcast = mode == "ddp" ? "island 1: parameters: " : "island 1: broadcast: ";
       for (const auto& path : {std::string("syncer: join request: "), std::string("syncer: progress: "),
                                std::string("island 1: welcome: "), broadcast}) {
@@ -737,14 +725,14 @@ BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_restores_who_finish
         before.heard(0, 12);
         before.heard(1, 18);
         before.finish(1, true);
-        rt.last_snapshot = before.snapshot();
+        rt.syncer.keep_snapshot(before.snapshot());
       },
       SpawnSet{true, false, {}});  // the syncer alone, as in `diloco syncer`
   w.settle(false);
   BOOST_TEST(!w.rt->stopped().has_value());
   BOOST_TEST(w.of(Event::Kind::restore).size() == 1u);
-  BOOST_TEST(w.rt->island_finished[1].load());
-  BOOST_TEST(!w.rt->island_finished[0].load());
-  BOOST_TEST(w.rt->island_steps[0].load() == 12);  // what a restarted site is told
-  BOOST_TEST(w.rt->island_steps[1].load() == 18);
+  BOOST_TEST(w.rt->syncer.finished[1].load());
+  BOOST_TEST(!w.rt->syncer.finished[0].load());
+  BOOST_TEST(w.rt->syncer.heard_step[0].load() == 12);  // what a restarted site is told
+  BOOST_TEST(w.rt->syncer.heard_step[1].load() == 18);
 }

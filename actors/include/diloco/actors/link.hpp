@@ -37,7 +37,7 @@ public:
     std::uint64_t bytes = 0;
     std::uint64_t retransmissions = 0;
   };
-  Totals totals();
+  Totals totals() const;
   /// Per site: bytes each way (retransmissions included) and the busiest second's share of the
   /// link's bandwidth (peak use).
   struct Report {
@@ -46,7 +46,7 @@ public:
     double up_peak = 0.0, down_peak = 0.0;  // in [0, 1]
     double bandwidth_Bps = 0.0;
   };
-  std::vector<Report> report();
+  std::vector<Report> report() const;
 
 private:
   struct Site {
