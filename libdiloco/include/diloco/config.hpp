@@ -54,7 +54,7 @@ struct TrainConfig {
   long steps = 500;              // inner steps per island
   int batch = 8;                 // windows per island per step (B); T is model.seq_len
   int H = 50;                    // inner steps between two syncs of a fragment
-  int eval_windows = 512;        // held-out windows of seq_len + 1 bytes per evaluation, one in
+  int eval_windows = 1536;       // held-out windows of seq_len + 1 bytes per evaluation, one in
                                  // each equal stretch of the split (Corpus::eval_window_starts)
   int round_eval_windows = 64;   // actor runs: windows of the per-round evaluation (live table,
                                  // metrics), spread over the split the same way; the summary uses

@@ -32,7 +32,7 @@ struct DataConfig {
   // contiguous slice of the file.
   bool iid = true;
   double skew = 0.7;
-  std::size_t eval_tokens = 65536;   // held-out evaluation tokens
+  std::size_t eval_tokens = 131072;  // held-out evaluation tokens
   double eval_fraction = 0.1;        // corpus = "file": tail share kept for evaluation
 };
 
