@@ -48,7 +48,7 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
                  "actor runtime with them", diloco::name_of(cfg.train.mode));
   JsonLines jsonl;
   if (!metrics.empty()) jsonl.open(metrics);
-  const auto corpus_line = diloco::Corpus::make(cfg.data).describe();
+  const auto corpus_line = diloco::Corpus::make(cfg.data, cfg.model.vocab).describe();
   spdlog::info("config: {}", path.empty() ? "built-in defaults" : path);
   spdlog::info("data: {}", corpus_line);
   spdlog::info("mode {}: {} islands x {} steps, batch {}x{}, H={}, model {} L={} C={}", diloco::name_of(cfg.train.mode),

@@ -400,3 +400,17 @@ BOOST_AUTO_TEST_CASE(model_options_are_checked_by_their_kind) {
   // One fragment per layer: the table is one layer.
   BOOST_TEST(mentions(problems_of("[model]\nkind = \"bigram\"\n[fragments]\ncount = 2\n"), "fragments.count: 2 fragments"));
 }
+
+BOOST_AUTO_TEST_CASE(model_vocab_and_token_shards_are_settings_checked_with_their_keys) {
+  BOOST_TEST(parse_config("[model]\nvocab = 50257\n").model.vocab == 50257);
+  BOOST_TEST(mentions(problems_of("[model]\nvocab = 1\n"), "model.vocab: must be in [2, 16777216] (got 1)"));
+  BOOST_TEST(mentions(problems_of("[model]\nvocab = 100\n"), "model.vocab: 100 is too small for the synthetic language"));
+  const auto p = problems_of("[data]\ncorpus = \"tokens\"\n");
+  BOOST_TEST(mentions(p, "data.path: required when data.corpus = \"tokens\""), p);
+  BOOST_TEST(mentions(p, "data.eval_path: required when data.corpus = \"tokens\""), p);
+  BOOST_TEST(mentions(problems_of("[data]\neval_path = \"val_*.bin\"\n"), "data.eval_path: only for data.corpus = \"tokens\""));
+  BOOST_TEST(mentions(problems_of("[data]\ncorpus = \"bpe\"\n"), "data.corpus: must be \"synthetic\", \"file\" or \"tokens\""));
+  const auto cfg = parse_config("[data]\ncorpus = \"tokens\"\npath = \"d/train_*.bin\"\neval_path = \"d/val_*.bin\"\n");
+  BOOST_TEST(cfg.data.path == "d/train_*.bin");
+  BOOST_TEST(cfg.data.eval_path == "d/val_*.bin");
+}

@@ -480,3 +480,29 @@ warmup_steps = 5
   BOOST_TEST(summary.final_eval_loss < summary.reports.front().eval_loss);
   BOOST_TEST(summary.final_eval_loss < summary.unigram_entropy);
 }
+
+// ---- token ids wider than a byte ----
+
+BOOST_AUTO_TEST_CASE(model_vocab_sizes_the_embedding_and_bounds_the_token_ids) {
+  for (const char* kind : {"gpt", "mlp"}) {
+    BOOST_TEST_CONTEXT(kind) {
+      ModelConfig c = std::string(kind) == "gpt" ? tiny_gpt() : tiny_mlp();
+      c.vocab = 1000;
+      auto m = make_model(c);
+      const auto& l = m->layout();
+      const auto& emb = l[l.index_of(std::string(kind) == "gpt" ? "wte" : "emb")];
+      BOOST_TEST(emb.shape.front() == 1000u);
+      Batch b;
+      b.B = 2;
+      b.T = 6;
+      Rng rng(3);
+      for (int i = 0; i < 14; ++i) b.tokens.push_back(static_cast<std::uint32_t>(256 + rng.below(744)));
+      std::vector<float> p(l.size()), g(l.size());
+      m->init(p, 1);
+      // Near-uniform predictions at init: about ln V, which bytes alone could not reach.
+      BOOST_TEST(m->loss_and_grad(p, b, g) == std::log(1000.0f), boost::test_tools::tolerance(0.02f));
+      b.tokens[5] = 1000;
+      BOOST_CHECK_THROW(m->loss(p, b), std::invalid_argument);
+    }
+  }
+}

@@ -65,7 +65,9 @@ std::vector<Field> fields(RunConfig& c) {
       {"model", "kind", &c.model.kind,
        "a registered model: \"gpt\" (byte-level transformer), \"mlp\" (next-byte classifier for tests) or one the app "
        "registered (register_model)"},
-      {"model", "seq_len", &c.model.seq_len, "context length T in bytes"},
+      {"model", "vocab", &c.model.vocab,
+       "V: token ids are below it (256: bytes); sizes the embedding; a token ≥ V in the data is an error"},
+      {"model", "seq_len", &c.model.seq_len, "context length T in tokens"},
       {"model", "n_layer", &c.model.n_layer, "gpt: transformer blocks L"},
       {"model", "n_head", &c.model.n_head, "gpt: attention heads (must divide n_embd)"},
       {"model", "n_embd", &c.model.n_embd, "width C (gpt) or embedding size per context byte (mlp)"},
@@ -76,8 +78,12 @@ std::vector<Field> fields(RunConfig& c) {
        "settings of an app's registered model, passed to its factory as text, e.g. { classes = 10 } (the built-in "
        "kinds take none)"},
 
-      {"data", "corpus", &c.data.corpus, "\"synthetic\" (built in, known entropy) or \"file\""},
-      {"data", "path", &c.data.path, "corpus = \"file\": a plain text file read as bytes"},
+      {"data", "corpus", &c.data.corpus,
+       "\"synthetic\" (built in, known entropy), \"file\" (a text file as bytes) or \"tokens\" (llm.c token shards)"},
+      {"data", "path", &c.data.path,
+       "file: a plain text file read as bytes; tokens: a glob of llm.c .bin shards (e.g. \"data/train_*.bin\"), "
+       "memory-mapped, read in sorted order as one stream of which island i of M reads slice i"},
+      {"data", "eval_path", &c.data.eval_path, "tokens: a glob of the evaluation shards"},
       {"data", "seed", &c.data.seed, "seeds the synthetic language, the shards and the evaluation split"},
       {"data", "alphabet", &c.data.alphabet, "synthetic: symbols in the language (2-64)"},
       {"data", "order", &c.data.order, "synthetic: Markov order (bytes of context that matter)"},
@@ -428,7 +434,8 @@ std::vector<std::string> validate(const ModelConfig& m) {
   std::vector<std::string> e;
   const auto kind_problems = validate_model_kind(m);
   e.insert(e.end(), kind_problems.begin(), kind_problems.end());
-  if (m.vocab != 256) e.push_back("model.vocab: must be 256 (byte-level models)");
+  if (m.vocab < 2 || m.vocab > kMaxVocab)
+    e.push_back("model.vocab: must be in [2, " + std::to_string(kMaxVocab) + "] (got " + std::to_string(m.vocab) + ")");
   if (m.seq_len < 1 || m.seq_len > 4096) e.push_back("model.seq_len: must be in [1, 4096] (got " + std::to_string(m.seq_len) + ")");
   if (m.n_layer < 1) e.push_back("model.n_layer: must be ≥ 1 (got " + std::to_string(m.n_layer) + ")");
   if (m.n_head < 1) e.push_back("model.n_head: must be ≥ 1 (got " + std::to_string(m.n_head) + ")");
@@ -839,6 +846,10 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   if (c.data.corpus == "synthetic" && c.model.seq_len >= 1 && c.data.eval_tokens < static_cast<std::uint64_t>(c.model.seq_len) + 1)
     e.push_back("data.eval_tokens: " + std::to_string(c.data.eval_tokens) + " tokens hold no window of model.seq_len + 1 = " +
                 std::to_string(c.model.seq_len + 1));
+  if (c.data.corpus == "synthetic" && c.model.vocab >= 2 && c.data.alphabet >= 2 && c.data.alphabet <= 64 &&
+      synthetic_max_token(c.data) >= c.model.vocab)
+    e.push_back("model.vocab: " + std::to_string(c.model.vocab) + " is too small for the synthetic language, whose " +
+                std::to_string(c.data.alphabet) + " symbols are bytes up to " + std::to_string(synthetic_max_token(c.data)));
   if (c.quorum.min_islands > t.islands)
     e.push_back("quorum.min_islands: exceeds train.islands (" + std::to_string(c.quorum.min_islands) + " > " +
                 std::to_string(t.islands) + ")");

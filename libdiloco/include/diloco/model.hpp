@@ -12,11 +12,15 @@
 
 namespace diloco {
 
-/// A batch of B windows of T+1 byte tokens each: inputs are tokens[b][0..T), targets [1..T].
+/// The largest model.vocab (token ids are 32-bit; embeddings index with size_t).
+inline constexpr int kMaxVocab = 1 << 24;
+
+/// A batch of B windows of T+1 token ids each: inputs are tokens[b][0..T), targets [1..T].
+/// Ids are below model.vocab (bytes: below 256).
 struct Batch {
   int B = 0;
   int T = 0;
-  std::vector<std::uint8_t> tokens;  // (B, T+1) row-major
+  std::vector<std::uint32_t> tokens;  // (B, T+1) row-major
   std::size_t num_targets() const { return static_cast<std::size_t>(B) * T; }
 };
 
@@ -24,7 +28,7 @@ struct Batch {
 /// (byte transformer) or "mlp" (next-byte classifier), or one an app registered.
 struct ModelConfig {
   std::string kind = "gpt";
-  int vocab = 256;     // bytes
+  int vocab = 256;     // V: token ids are < V (256: bytes); sizes the embedding (and the mlp's output)
   int seq_len = 64;    // T: context length (also the position-embedding table size)
   int n_layer = 4;     // L
   int n_head = 4;      // NH
