@@ -440,3 +440,26 @@ warmup_steps = 10
                                                  << ", unigram entropy " << summary.unigram_entropy);
   BOOST_TEST(summary.final_eval_loss < summary.unigram_entropy);
 }
+
+BOOST_AUTO_TEST_CASE(shards_written_by_the_writer_read_back_as_the_same_stream) {
+  TempDir dir;
+  std::vector<std::uint32_t> ids(2500);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint32_t>((i * 7919) % 65536);
+  TokenShardWriter train(dir.path.string(), "train", 1000), val(dir.path.string(), "val", 1000);
+  train.add({ids.data(), 1200});
+  train.add({ids.data() + 1200, ids.size() - 1200});
+  val.add({ids.data(), 100});
+  const auto files = train.finish();
+  val.finish();
+  BOOST_TEST(files == (std::vector<std::string>{dir / "train_000000.bin", dir / "train_000001.bin", dir / "train_000002.bin"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(std::filesystem::file_size(files[2]) == 1024u + 2 * 500);
+  const auto c = Corpus::make(token_config(dir), 65536);
+  auto s = c.shard(0, 1);
+  Batch b;
+  s->next(1, 2499, b);
+  BOOST_TEST(b.tokens == ids, boost::test_tools::per_element());
+  std::uint32_t wide = 65536;
+  BOOST_CHECK_THROW(train.add({&wide, 1}), std::invalid_argument);
+  BOOST_CHECK_THROW(TokenShardWriter(dir.path.string(), "x", 0), std::invalid_argument);
+}

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -413,6 +414,54 @@ void check_tokens(const TokenSeq& seq, int vocab, const std::string& key, std::v
 }
 
 }  // namespace
+
+TokenShardWriter::TokenShardWriter(std::string dir, std::string prefix, std::size_t shard_tokens)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {
+  if (shard_tokens_ == 0) throw std::invalid_argument("shard tokens: must be at least 1");
+  if (shard_tokens_ > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw std::invalid_argument("shard tokens: at most 2147483647 (the header's count is an int32)");
+}
+
+void TokenShardWriter::open_next() {
+  char name[32];
+  std::snprintf(name, sizeof name, "_%06zu.bin", files_.size());
+  files_.push_back(dir_ + "/" + prefix_ + name);
+  out_.open(files_.back(), std::ios::binary | std::ios::trunc);
+  if (!out_) throw std::runtime_error("cannot write '" + files_.back() + "'");
+  const std::vector<char> header(kShardHeaderBytes, 0);  // its count is written on closing
+  out_.write(header.data(), static_cast<std::streamsize>(header.size()));
+  in_shard_ = 0;
+}
+
+void TokenShardWriter::close_current() {
+  if (!out_.is_open()) return;
+  std::int32_t head[3] = {kShardMagic, kShardVersion, static_cast<std::int32_t>(in_shard_)};
+  out_.seekp(0);
+  out_.write(reinterpret_cast<const char*>(head), sizeof head);
+  out_.close();
+  if (!out_) throw std::runtime_error("cannot write '" + files_.back() + "'");
+}
+
+void TokenShardWriter::add(std::span<const std::uint32_t> ids) {
+  for (std::uint32_t id : ids) {
+    if (id > 0xFFFF)
+      throw std::invalid_argument("token id " + std::to_string(id) + " does not fit a shard's 16-bit tokens (at most 65535)");
+    if (!out_.is_open() || in_shard_ == shard_tokens_) {
+      close_current();
+      open_next();
+    }
+    const unsigned char le[2] = {static_cast<unsigned char>(id & 0xFF), static_cast<unsigned char>(id >> 8)};
+    out_.write(reinterpret_cast<const char*>(le), 2);
+    ++in_shard_;
+    ++total_;
+  }
+  if (!out_.good() && out_.is_open()) throw std::runtime_error("cannot write '" + files_.back() + "'");
+}
+
+std::vector<std::string> TokenShardWriter::finish() {
+  close_current();
+  return files_;
+}
 
 int synthetic_max_token(const DataConfig& cfg) {
   const int n = std::clamp(cfg.alphabet, 1, kMaxAlphabet);

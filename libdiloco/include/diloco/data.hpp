@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -113,6 +115,33 @@ private:
   std::shared_ptr<const TokenSeq> eval_;
   std::optional<double> floor_;
   double unigram_ = 0.0;
+};
+
+/// Writes token ids as llm.c shards, the files data.corpus = "tokens" reads: `dir`/`prefix`_000000.bin,
+/// `prefix`_000001.bin, ... of at most `shard_tokens` tokens each (header of 256 int32: magic
+/// 20240520, version 1, token count; then uint16 little-endian). Solves "turn my tokenizer's
+/// output into training data" without holding it in memory: each shard is streamed to its file
+/// and its count written into its header when it is full or at finish().
+class TokenShardWriter {
+public:
+  /// Throws std::invalid_argument if shard_tokens is 0.
+  TokenShardWriter(std::string dir, std::string prefix, std::size_t shard_tokens);
+  /// Appends ids to the stream; throws std::invalid_argument for an id above 65535 (uint16) and
+  /// std::runtime_error if a file cannot be written.
+  void add(std::span<const std::uint32_t> ids);
+  /// Completes the last shard; returns every file written, in order.
+  std::vector<std::string> finish();
+  std::uint64_t tokens() const { return total_; }
+
+private:
+  void open_next();
+  void close_current();
+  std::string dir_, prefix_;
+  std::size_t shard_tokens_;
+  std::ofstream out_;
+  std::size_t in_shard_ = 0;
+  std::uint64_t total_ = 0;
+  std::vector<std::string> files_;
 };
 
 /// The largest token id the synthetic language writes (its symbols are ASCII bytes); data.alphabet
