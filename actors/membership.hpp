@@ -96,8 +96,7 @@ void start_member(caf::stateful_actor<State>* self, const std::shared_ptr<Runtim
   auto& rec = rt->islands[static_cast<std::size_t>(i)];
   st.core->resume_at(std::max(rec.step.load(), rt->resume_steps[static_cast<std::size_t>(i)]));
   st.data = rt->corpus.shard(i, c.train.islands);
-  Batch skip;
-  for (long k = 0; k < st.core->step(); ++k) st.data->next(c.train.batch, c.model.seq_len, skip);
+  st.data->skip(st.core->step(), c.train.batch, c.model.seq_len);
   st.chips = std::make_unique<ChipPool>(i, c.islands.chips_of(i));
   st.live = std::make_shared<bool>(false);
   st.incarnation = ++rec.incarnation;

@@ -94,7 +94,7 @@ bool Runtime::all_done() const {
 }
 
 Run::Run(RunConfig c)
-    : cfg(std::move(c)), budget(RunBudget::of(cfg)), corpus(Corpus::make(cfg.data)), layout_model(make_model(cfg.model)),
+    : cfg(std::move(c)), budget(RunBudget::of(cfg)), corpus(Corpus::make(cfg.data, cfg.model.vocab)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
                               cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::ddp ? 1 : cfg.fragments.count)),
       initial(layout_model->layout().size()), schedule(make_schedule(cfg)),

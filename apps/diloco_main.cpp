@@ -21,6 +21,7 @@
 #include "report.hpp"
 #include "simulate_cmd.hpp"
 #include "site_run.hpp"
+#include "tokenize_cmd.hpp"
 
 namespace {
 
@@ -48,7 +49,7 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
                  "actor runtime with them", diloco::name_of(cfg.train.mode));
   JsonLines jsonl;
   if (!metrics.empty()) jsonl.open(metrics);
-  const auto corpus_line = diloco::Corpus::make(cfg.data).describe();
+  const auto corpus_line = diloco::Corpus::make(cfg.data, cfg.model.vocab).describe();
   spdlog::info("config: {}", path.empty() ? "built-in defaults" : path);
   spdlog::info("data: {}", corpus_line);
   spdlog::info("mode {}: {} islands x {} steps, batch {}x{}, H={}, model {} L={} C={}", diloco::name_of(cfg.train.mode),
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
   check_cmd->add_option("configs", check_paths, "TOML configurations")->required()->check(CLI::ExistingFile);
 
   auto sim_flags = simcmd::add_command(app);
+  auto tokenize_flags = tokenizecmd::add_command(app);
 
   auto* inspect_cmd = app.add_subcommand("inspect", "print what a wire frame (fragment, progress, join, heartbeat) or a checkpoint holds");
   std::vector<std::string> inspect_paths;
@@ -163,6 +165,7 @@ int main(int argc, char** argv) {
   const std::uint64_t memory = physical_memory();  // the bound of every size a configuration implies
   try {
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
+    if (app.got_subcommand("tokenize")) return tokenizecmd::run(*tokenize_flags);
     if (app.got_subcommand("syncer")) return run_syncer_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("site")) return run_site_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("demo")) return run_demo_supervision();

@@ -4,8 +4,10 @@
 
 #include <limits>
 
+#include "bigram_model.hpp"
 #include "diloco/config.hpp"
 #include "diloco/model.hpp"
+#include "diloco/model_registry.hpp"
 
 using namespace diloco;
 
@@ -369,4 +371,46 @@ BOOST_AUTO_TEST_CASE(more_fragments_than_the_model_has_layers_is_refused_before_
   BOOST_TEST(validate(parse_config("[fragments]\ncount = 5\n")).empty());
   BOOST_TEST(mentions(problems_of("[model]\nkind = \"mlp\"\n[fragments]\ncount = 6\nplan = \"balanced\"\n"),
                       "fragments.count: 6 fragments, but the model has only 5 tensors"));
+}
+
+BOOST_AUTO_TEST_CASE(model_kind_is_checked_against_the_registry) {
+  const auto p = problems_of("[model]\nkind = \"nope\"\n");
+  BOOST_TEST(mentions(p, "model.kind: unknown model \"nope\" (registered: "), p);
+  BOOST_TEST(mentions(p, "\"gpt\""), p);
+  BOOST_TEST(mentions(p, "\"mlp\""), p);
+  testing::register_bigram();
+  BOOST_TEST(mentions(problems_of("[model]\nkind = \"nope\"\n"), "\"bigram\""));
+  const auto cfg = parse_config("[model]\nkind = \"bigram\"\noptions = { smoothing = 0.25 }\n");
+  BOOST_TEST(cfg.model.kind == "bigram");
+  BOOST_TEST(cfg.model.options.at("smoothing") == "0.25");
+  // An app's model is measured by its layout: a V × V table.
+  BOOST_TEST(memory_need(cfg).parameters == 256.0L * 256.0L);
+}
+
+BOOST_AUTO_TEST_CASE(model_options_are_checked_by_their_kind) {
+  testing::register_bigram();
+  BOOST_TEST(mentions(problems_of("[model]\nkind = \"bigram\"\noptions = { smoothing = -1 }\n"),
+                      "model.options.smoothing: must be a number ≥ 0"));
+  BOOST_TEST(mentions(problems_of("[model]\nkind = \"bigram\"\n", {"model.options.tempo=3"}),
+                      "model.options.tempo: unknown option of \"bigram\""));
+  BOOST_TEST(mentions(problems_of("[model.options]\nlayers = 3\n"), "model.options.layers: unknown option (model.kind \"gpt\" takes none)"));
+  BOOST_TEST(mentions(problems_of("[model]\noptions = 3\n"), "model.options: expected a table"));
+  BOOST_TEST(mentions(problems_of("[model]\nkind = \"bigram\"\noptions = { smoothing = [1] }\n"),
+                      "model.options.smoothing: expected a string, a number or a boolean"));
+  // One fragment per layer: the table is one layer.
+  BOOST_TEST(mentions(problems_of("[model]\nkind = \"bigram\"\n[fragments]\ncount = 2\n"), "fragments.count: 2 fragments"));
+}
+
+BOOST_AUTO_TEST_CASE(model_vocab_and_token_shards_are_settings_checked_with_their_keys) {
+  BOOST_TEST(parse_config("[model]\nvocab = 50257\n").model.vocab == 50257);
+  BOOST_TEST(mentions(problems_of("[model]\nvocab = 1\n"), "model.vocab: must be in [2, 16777216] (got 1)"));
+  BOOST_TEST(mentions(problems_of("[model]\nvocab = 100\n"), "model.vocab: 100 is too small for the synthetic language"));
+  const auto p = problems_of("[data]\ncorpus = \"tokens\"\n");
+  BOOST_TEST(mentions(p, "data.path: required when data.corpus = \"tokens\""), p);
+  BOOST_TEST(mentions(p, "data.eval_path: required when data.corpus = \"tokens\""), p);
+  BOOST_TEST(mentions(problems_of("[data]\neval_path = \"val_*.bin\"\n"), "data.eval_path: only for data.corpus = \"tokens\""));
+  BOOST_TEST(mentions(problems_of("[data]\ncorpus = \"bpe\"\n"), "data.corpus: must be \"synthetic\", \"file\" or \"tokens\""));
+  const auto cfg = parse_config("[data]\ncorpus = \"tokens\"\npath = \"d/train_*.bin\"\neval_path = \"d/val_*.bin\"\n");
+  BOOST_TEST(cfg.data.path == "d/train_*.bin");
+  BOOST_TEST(cfg.data.eval_path == "d/val_*.bin");
 }

@@ -1,20 +1,26 @@
 // Data: the synthetic language's entropy is computed right, shards are deterministic, non-IID
-// shards differ, files split into train and evaluation, evaluation windows span the whole split.
+// shards differ, files split into train and evaluation, evaluation windows span the whole split;
+// llm.c token shards are read through globs, in disjoint slices, resumably, and bad ones refused.
 #define BOOST_TEST_MODULE data
 #include <boost/test/unit_test.hpp>
+
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "diloco/config.hpp"
 #include "diloco/data.hpp"
+#include "diloco/loops.hpp"
 
 using namespace diloco;
 
 namespace {
-double empirical_unigram(const std::vector<std::uint8_t>& t) {
+double empirical_unigram(const std::vector<std::uint32_t>& t) {
   std::map<int, double> c;
   for (auto b : t) c[b] += 1.0;
   double h = 0;
@@ -24,8 +30,8 @@ double empirical_unigram(const std::vector<std::uint8_t>& t) {
   }
   return h;
 }
-std::vector<std::uint8_t> draw(BatchSource& s, int batches) {
-  std::vector<std::uint8_t> all;
+std::vector<std::uint32_t> draw(BatchSource& s, int batches) {
+  std::vector<std::uint32_t> all;
   Batch b;
   for (int i = 0; i < batches; ++i) {
     s.next(4, 63, b);
@@ -202,4 +208,258 @@ BOOST_AUTO_TEST_CASE(eval_batches_group_the_spread_windows) {
     BOOST_TEST(std::equal(batches[k / 4].tokens.begin() + static_cast<std::ptrdiff_t>(k % 4 * 32),
                           batches[k / 4].tokens.begin() + static_cast<std::ptrdiff_t>(k % 4 * 32 + 32),
                           c.eval_tokens().begin() + static_cast<std::ptrdiff_t>(starts[k])), k);
+}
+
+// ---- llm.c token shards ----
+
+namespace {
+
+/// A scratch directory of its own, removed with its files at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "diloco-shards-XXXXXX").string();
+    BOOST_REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+/// What a shard's header says; defaults are those of a good shard of `tokens`.
+struct Header {
+  std::int32_t magic = 20240520, version = 1, count = -1;  // count < 0: the number of tokens
+};
+
+/// Writes an llm.c shard: 256 int32 of header, then the tokens as uint16 (little-endian, as on
+/// the machines this runs on); `cut` bytes are dropped from the end.
+void write_shard(const std::string& file, const std::vector<std::uint16_t>& tokens, Header h = {}, std::size_t cut = 0) {
+  std::vector<std::int32_t> header(256, 0);
+  header[0] = h.magic;
+  header[1] = h.version;
+  header[2] = h.count >= 0 ? h.count : static_cast<std::int32_t>(tokens.size());
+  std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), 2 * tokens.size());
+  bytes.resize(bytes.size() - cut);
+  std::ofstream(file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// Token i of the stream is `base + i`: every window shows where it was read.
+std::vector<std::uint16_t> counting(std::size_t n, std::uint16_t base) {
+  std::vector<std::uint16_t> t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<std::uint16_t>(base + i);
+  return t;
+}
+
+DataConfig token_config(const TempDir& dir) {
+  DataConfig cfg;
+  cfg.corpus = "tokens";
+  cfg.path = dir / "train_*.bin";
+  cfg.eval_path = dir / "val_*.bin";
+  return cfg;
+}
+
+std::string message_of_make(const DataConfig& cfg, int vocab) {
+  try {
+    Corpus::make(cfg, vocab);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool mentions(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(token_shards_matched_by_a_glob_are_one_stream_in_sorted_order) {
+  TempDir dir;
+  // Written out of order: the glob sorts them, so the stream counts 1000, 1001, ... 1599.
+  write_shard(dir / "train_001.bin", counting(300, 1300));
+  write_shard(dir / "train_000.bin", counting(300, 1000));
+  write_shard(dir / "val_000.bin", counting(100, 5000));
+  const auto c = Corpus::make(token_config(dir), 8192);
+  const auto val = counting(100, 5000);
+  BOOST_TEST(c.eval_tokens() == std::vector<std::uint32_t>(val.begin(), val.end()), boost::test_tools::per_element());
+  BOOST_TEST(!c.entropy_floor().has_value());
+  BOOST_TEST(c.unigram_entropy() == std::log(600.0), boost::test_tools::tolerance(1e-9));
+  BOOST_TEST_MESSAGE(c.describe());
+  // One island: consecutive windows of T+1 tokens, each starting T after the last, across the
+  // boundary between the two files.
+  auto s = c.shard(0, 1);
+  Batch b;
+  s->next(2, 7, b);
+  BOOST_TEST_REQUIRE(b.tokens.size() == 16u);
+  for (std::size_t k = 0; k < 8; ++k) {
+    BOOST_TEST(b.tokens[k] == 1000u + k);
+    BOOST_TEST(b.tokens[8 + k] == 1007u + k);
+  }
+  for (int k = 0; k < 41; ++k) s->next(1, 7, b);
+  BOOST_TEST(b.tokens.front() == 1000u + 7 * 42);  // window 42 reads 1294..1301: both files
+  BOOST_TEST(b.tokens.back() == 1301u);
+  // Evaluation windows come from the evaluation shards.
+  for (const auto& w : c.eval_windows(9, 4))
+    for (auto t : w.tokens) BOOST_TEST((t >= 5000u && t < 5100u));
+}
+
+BOOST_AUTO_TEST_CASE(islands_read_disjoint_slices_of_the_token_shards) {
+  TempDir dir;
+  write_shard(dir / "train_0.bin", counting(3000, 0));
+  write_shard(dir / "val_0.bin", counting(64, 0));
+  const auto c = Corpus::make(token_config(dir), 3000);
+  for (int i = 0; i < 3; ++i) {
+    auto s = c.shard(i, 3);
+    Batch b;
+    std::uint32_t lo = 3000, hi = 0;
+    for (int k = 0; k < 100; ++k) {  // 800 windows: the slice of 1000 tokens is read 5 times over
+      s->next(8, 15, b);
+      lo = std::min(lo, *std::min_element(b.tokens.begin(), b.tokens.end()));
+      hi = std::max(hi, *std::max_element(b.tokens.begin(), b.tokens.end()));
+    }
+    BOOST_TEST(lo == 1000u * i, "island " << i);
+    BOOST_TEST(hi <= 1000u * i + 999, "island " << i);
+    BOOST_TEST(hi >= 1000u * i + 990, "island " << i);  // the whole slice, up to its last whole window
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_resumed_island_goes_on_where_its_data_was) {
+  TempDir dir;
+  write_shard(dir / "train_0.bin", counting(5000, 0));
+  write_shard(dir / "val_0.bin", counting(64, 0));
+  const auto shards = Corpus::make(token_config(dir), 5000);
+  const auto synthetic = Corpus::make(DataConfig{});
+  for (const Corpus* c : {&shards, &synthetic}) {
+    // The run before the restart drew 37 batches; the restarted island skips as many (the
+    // island's step, which the syncer's snapshot keeps) and must read what the first would have.
+    auto first = c->shard(1, 2), resumed = c->shard(1, 2);
+    Batch a, b;
+    for (int k = 0; k < 37; ++k) first->next(4, 15, a);
+    resumed->skip(37, 4, 15);
+    BOOST_TEST(resumed->tokens_served() == first->tokens_served());
+    for (int k = 0; k < 3; ++k) {
+      first->next(4, 15, a);
+      resumed->next(4, 15, b);
+      BOOST_TEST(a.tokens == b.tokens, boost::test_tools::per_element());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_shard_that_is_not_one_fails_at_start_naming_the_file_and_the_problem) {
+  TempDir dir;
+  write_shard(dir / "val_0.bin", counting(64, 0));
+  const auto cfg = token_config(dir);
+  const auto bad = dir / "train_0.bin";
+  write_shard(bad, counting(100, 0), {.magic = 20240521});
+  auto m = message_of_make(cfg, 256);
+  BOOST_TEST(mentions(m, "data.path: '" + bad + "' is not an llm.c token shard (magic number 20240521, expected 20240520)"), m);
+  write_shard(bad, counting(100, 0), {.version = 2});
+  m = message_of_make(cfg, 256);
+  BOOST_TEST(mentions(m, "data.path: '" + bad + "' has version 2"), m);
+  write_shard(bad, counting(100, 0), {}, 1);
+  m = message_of_make(cfg, 256);
+  BOOST_TEST(mentions(m, "data.path: '" + bad + "' is truncated: its header counts 100 tokens (1224 bytes with the header) but the file holds 1223 bytes"), m);
+  write_shard(bad, counting(100, 0), {.count = 90});
+  m = message_of_make(cfg, 256);
+  BOOST_TEST(mentions(m, "data.path: '" + bad + "': its header counts 90 tokens (1204 bytes with the header) but the file holds 1224 bytes"), m);
+  write_shard(bad, {}, {}, 1000);
+  m = message_of_make(cfg, 256);
+  BOOST_TEST(mentions(m, "data.path: '" + bad + "' is truncated: 24 bytes, shorter than the 1024-byte header"), m);
+  write_shard(bad, counting(100, 0));
+  BOOST_TEST(message_of_make(cfg, 256).empty());
+  auto nothing = cfg;
+  nothing.path = dir / "nope_*.bin";
+  BOOST_TEST(message_of_make(nothing, 256) == "data.path: '" + (dir / "nope_*.bin") + "' matches no file");
+  nothing = cfg;
+  nothing.eval_path = dir / "test_*.bin";
+  BOOST_TEST(message_of_make(nothing, 256) == "data.eval_path: '" + (dir / "test_*.bin") + "' matches no file");
+  std::filesystem::remove(dir / "val_0.bin");
+  write_shard(dir / "val_0.bin", counting(64, 0), {.magic = 7});
+  BOOST_TEST(mentions(message_of_make(cfg, 256), "data.eval_path: '" + (dir / "val_0.bin") + "' is not an llm.c token shard"));
+}
+
+BOOST_AUTO_TEST_CASE(a_token_beyond_the_vocabulary_fails_at_start_naming_the_file_and_its_offset) {
+  TempDir dir;
+  write_shard(dir / "val_0.bin", counting(64, 0));
+  auto tokens = counting(100, 0);
+  tokens[37] = 700;
+  write_shard(dir / "train_0.bin", tokens);
+  // Token 37 lies at byte 1024 + 2·37 = 1098 of its file.
+  BOOST_TEST(message_of_make(token_config(dir), 512) == "data.path: '" + (dir / "train_0.bin") +
+                                                           "' holds token 700 at byte offset 1098, not below model.vocab = 512");
+  BOOST_TEST(message_of_make(token_config(dir), 701).empty());
+  // Bytes too: a text file read as bytes, for a model of 100 ids, at the first byte ≥ 100.
+  const auto text = dir / "text.txt";
+  {
+    std::ofstream out(text, std::ios::binary);
+    for (int i = 0; i < 20000; ++i) out.put(i == 4321 ? 'z' : 'a');
+  }
+  DataConfig file;
+  file.corpus = "file";
+  file.path = text;
+  BOOST_TEST(message_of_make(file, 100) == "data.path: '" + text + "' holds token 122 at byte offset 4321, not below model.vocab = 100");
+  BOOST_TEST(message_of_make(file, 123).empty());
+  // The synthetic language's symbols are letters and punctuation.
+  BOOST_TEST(mentions(message_of_make(DataConfig{}, 100), "model.vocab: 100 is too small for the synthetic language"));
+}
+
+BOOST_AUTO_TEST_CASE(the_reference_loop_trains_on_token_shards_with_ids_beyond_a_byte) {
+  // The synthetic language written as token shards with every byte b stored as id 1000 + b: a
+  // model that learns must learn it through ids a byte cannot hold.
+  TempDir dir;
+  DataConfig lang;
+  lang.eval_tokens = 200000;
+  const auto source = Corpus::make(lang).eval_tokens();
+  std::vector<std::uint16_t> ids(source.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint16_t>(1000 + source[i]);
+  const std::size_t third = ids.size() / 3;
+  write_shard(dir / "train_000.bin", {ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(third)});
+  write_shard(dir / "train_001.bin", {ids.begin() + static_cast<std::ptrdiff_t>(third), ids.end() - 20000});
+  write_shard(dir / "val_000.bin", {ids.end() - 20000, ids.end()});
+  auto cfg = parse_config(R"(
+[model]
+kind = "mlp"
+vocab = 1200
+seq_len = 32
+n_embd = 16
+hidden = 64
+[data]
+corpus = "tokens"
+[train]
+islands = 2
+steps = 120
+H = 20
+batch = 8
+eval_windows = 64
+[inner]
+lr = 0.01
+warmup_steps = 10
+)", {"data.path=\"" + (dir / "train_*.bin") + "\"", "data.eval_path=\"" + (dir / "val_*.bin") + "\""});
+  const auto summary = run_reference(cfg);
+  BOOST_REQUIRE(!summary.diverged);
+  BOOST_TEST_MESSAGE("token shards: first eval " << summary.reports.front().eval_loss << ", last " << summary.final_eval_loss
+                                                 << ", unigram entropy " << summary.unigram_entropy);
+  BOOST_TEST(summary.final_eval_loss < summary.unigram_entropy);
+}
+
+BOOST_AUTO_TEST_CASE(shards_written_by_the_writer_read_back_as_the_same_stream) {
+  TempDir dir;
+  std::vector<std::uint32_t> ids(2500);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint32_t>((i * 7919) % 65536);
+  TokenShardWriter train(dir.path.string(), "train", 1000), val(dir.path.string(), "val", 1000);
+  train.add({ids.data(), 1200});
+  train.add({ids.data() + 1200, ids.size() - 1200});
+  val.add({ids.data(), 100});
+  const auto files = train.finish();
+  val.finish();
+  BOOST_TEST(files == (std::vector<std::string>{dir / "train_000000.bin", dir / "train_000001.bin", dir / "train_000002.bin"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(std::filesystem::file_size(files[2]) == 1024u + 2 * 500);
+  const auto c = Corpus::make(token_config(dir), 65536);
+  auto s = c.shard(0, 1);
+  Batch b;
+  s->next(1, 2499, b);
+  BOOST_TEST(b.tokens == ids, boost::test_tools::per_element());
+  std::uint32_t wide = 65536;
+  BOOST_CHECK_THROW(train.add({&wide, 1}), std::invalid_argument);
+  BOOST_CHECK_THROW(TokenShardWriter(dir.path.string(), "x", 0), std::invalid_argument);
 }

@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(chip_shares_cover_the_island_batch_in_order) {
   const Batch b = random_batch(5, 8, 1);
   for (int chips = 1; chips <= 7; ++chips) {
     BOOST_TEST_CONTEXT(chips << " chips") {
-      std::vector<std::uint8_t> joined;
+      std::vector<std::uint32_t> joined;
       std::vector<int> sizes;
       for (int c = 0; c < chips; ++c) {
         const Batch s = chip_share(b, c, chips);

@@ -11,7 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "bigram_model.hpp"
+#include "diloco/config.hpp"
 #include "diloco/gpt.hpp"
+#include "diloco/loops.hpp"
+#include "diloco/model_registry.hpp"
 #include "diloco/mlp.hpp"
 #include "diloco/model.hpp"
 #include "diloco/params.hpp"
@@ -402,3 +406,103 @@ BOOST_AUTO_TEST_CASE(mlp_memorises_a_repetitive_batch_by_gradient_descent) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// ---- models by name ----
+
+BOOST_AUTO_TEST_CASE(the_built_in_models_are_registered_like_any_other) {
+  const auto kinds = model_kinds();
+  BOOST_TEST((std::find(kinds.begin(), kinds.end(), "gpt") != kinds.end()));
+  BOOST_TEST((std::find(kinds.begin(), kinds.end(), "mlp") != kinds.end()));
+  BOOST_TEST(is_model_kind("gpt"));
+  BOOST_TEST(!is_model_kind("nope"));
+}
+
+BOOST_AUTO_TEST_CASE(an_unknown_kind_names_the_key_and_lists_the_registered_kinds) {
+  ModelConfig c;
+  c.kind = "nope";
+  try {
+    make_model(c);
+    BOOST_FAIL("an unknown kind was built");
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find("model.kind: unknown model \"nope\"") != std::string::npos, m);
+    BOOST_TEST(m.find("\"gpt\"") != std::string::npos, m);
+    BOOST_TEST(m.find("\"mlp\"") != std::string::npos, m);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_kind_is_registered_once_with_a_factory_and_a_plain_name) {
+  testing::register_bigram();
+  auto factory = [](const ModelConfig& c) -> std::unique_ptr<Model> { return std::make_unique<testing::Bigram>(c); };
+  BOOST_CHECK_THROW(register_model({"bigram", "again", factory, {}}), std::invalid_argument);
+  BOOST_CHECK_THROW(register_model({"gpt", "a second gpt", factory, {}}), std::invalid_argument);
+  BOOST_CHECK_THROW(register_model({"no factory", "", {}, {}}), std::invalid_argument);
+  BOOST_CHECK_THROW(register_model({"bad name", "", factory, {}}), std::invalid_argument);
+  BOOST_CHECK_THROW(register_model({"", "", factory, {}}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(an_apps_model_builds_by_name_and_reads_its_options) {
+  testing::register_bigram();
+  ModelConfig c;
+  c.kind = "bigram";
+  c.options["smoothing"] = "0.5";
+  auto m = make_model(c);
+  BOOST_TEST(m->layout().tensors().size() == 1u);
+  BOOST_TEST(m->layout()[0].name == "bigram.w");
+  std::vector<float> p(m->layout().size(), 1.0f), g(p.size());
+  // All logits equal: ln V, plus the smoothing term 0.5 · mean(W²) = 0.5.
+  BOOST_TEST(m->loss_and_grad(p, text_batch(2, 8), g) == std::log(256.0f) + 0.5f, boost::test_tools::tolerance(1e-5f));
+}
+
+BOOST_AUTO_TEST_CASE(an_apps_model_trains_through_the_reference_loops) {
+  testing::register_bigram();
+  auto cfg = parse_config(R"(
+[model]
+kind = "bigram"
+init_std = 0.01
+seq_len = 32
+[train]
+islands = 2
+steps = 60
+H = 10
+batch = 8
+eval_windows = 32
+[inner]
+lr = 0.05
+warmup_steps = 5
+)");
+  const auto summary = run_reference(cfg);
+  BOOST_REQUIRE(!summary.diverged);
+  BOOST_REQUIRE(summary.reports.size() == 6u);
+  BOOST_TEST_MESSAGE("bigram: first eval " << summary.reports.front().eval_loss << ", last " << summary.final_eval_loss
+                                           << ", unigram entropy " << summary.unigram_entropy);
+  // From ln 256 = 5.55 to below the unigram entropy: the table learnt which byte follows which.
+  BOOST_TEST(summary.final_eval_loss < summary.reports.front().eval_loss);
+  BOOST_TEST(summary.final_eval_loss < summary.unigram_entropy);
+}
+
+// ---- token ids wider than a byte ----
+
+BOOST_AUTO_TEST_CASE(model_vocab_sizes_the_embedding_and_bounds_the_token_ids) {
+  for (const char* kind : {"gpt", "mlp"}) {
+    BOOST_TEST_CONTEXT(kind) {
+      ModelConfig c = std::string(kind) == "gpt" ? tiny_gpt() : tiny_mlp();
+      c.vocab = 1000;
+      auto m = make_model(c);
+      const auto& l = m->layout();
+      const auto& emb = l[l.index_of(std::string(kind) == "gpt" ? "wte" : "emb")];
+      BOOST_TEST(emb.shape.front() == 1000u);
+      Batch b;
+      b.B = 2;
+      b.T = 6;
+      Rng rng(3);
+      for (int i = 0; i < 14; ++i) b.tokens.push_back(static_cast<std::uint32_t>(256 + rng.below(744)));
+      std::vector<float> p(l.size()), g(l.size());
+      m->init(p, 1);
+      // Near-uniform predictions at init: about ln V, which bytes alone could not reach.
+      BOOST_TEST(m->loss_and_grad(p, b, g) == std::log(1000.0f), boost::test_tools::tolerance(0.02f));
+      b.tokens[5] = 1000;
+      BOOST_CHECK_THROW(m->loss(p, b), std::invalid_argument);
+    }
+  }
+}

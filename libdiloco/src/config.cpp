@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <variant>
 
 #include "diloco/codec.hpp"
+#include "diloco/model_registry.hpp"
 
 #include <toml++/toml.h>
 
@@ -46,9 +48,10 @@ ChoicePtr choice(E* p) {
           &choice_list<E>};
 }
 
+using Options = std::map<std::string, std::string>;
 using FieldPtr =
     std::variant<int*, long*, std::uint64_t*, double*, float*, bool*, std::string*, std::vector<double>*,
-                 std::vector<int>*, ChoicePtr>;
+                 std::vector<int>*, Options*, ChoicePtr>;
 
 struct Field {
   std::string_view section, key;
@@ -59,17 +62,28 @@ struct Field {
 // The whole configuration surface. Add a key here and it is parsed, checked and documented.
 std::vector<Field> fields(RunConfig& c) {
   return {
-      {"model", "kind", &c.model.kind, "\"gpt\" (byte-level transformer) or \"mlp\" (next-byte classifier for tests)"},
-      {"model", "seq_len", &c.model.seq_len, "context length T in bytes"},
+      {"model", "kind", &c.model.kind,
+       "a registered model: \"gpt\" (byte-level transformer), \"mlp\" (next-byte classifier for tests) or one the app "
+       "registered (register_model)"},
+      {"model", "vocab", &c.model.vocab,
+       "V: token ids are below it (256: bytes); sizes the embedding; a token ≥ V in the data is an error"},
+      {"model", "seq_len", &c.model.seq_len, "context length T in tokens"},
       {"model", "n_layer", &c.model.n_layer, "gpt: transformer blocks L"},
       {"model", "n_head", &c.model.n_head, "gpt: attention heads (must divide n_embd)"},
       {"model", "n_embd", &c.model.n_embd, "width C (gpt) or embedding size per context byte (mlp)"},
       {"model", "context", &c.model.context, "mlp: bytes of context per prediction"},
       {"model", "hidden", &c.model.hidden, "mlp: hidden units"},
       {"model", "init_std", &c.model.init_std, "standard deviation of the initial weights"},
+      {"model", "options", &c.model.options,
+       "settings of an app's registered model, passed to its factory as text, e.g. { classes = 10 } (the built-in "
+       "kinds take none)"},
 
-      {"data", "corpus", &c.data.corpus, "\"synthetic\" (built in, known entropy) or \"file\""},
-      {"data", "path", &c.data.path, "corpus = \"file\": a plain text file read as bytes"},
+      {"data", "corpus", &c.data.corpus,
+       "\"synthetic\" (built in, known entropy), \"file\" (a text file as bytes) or \"tokens\" (llm.c token shards)"},
+      {"data", "path", &c.data.path,
+       "file: a plain text file read as bytes; tokens: a glob of llm.c .bin shards (e.g. \"data/train_*.bin\"), "
+       "memory-mapped, read in sorted order as one stream of which island i of M reads slice i"},
+      {"data", "eval_path", &c.data.eval_path, "tokens: a glob of the evaluation shards"},
       {"data", "seed", &c.data.seed, "seeds the synthetic language, the shards and the evaluation split"},
       {"data", "alphabet", &c.data.alphabet, "synthetic: symbols in the language (2-64)"},
       {"data", "order", &c.data.order, "synthetic: Markov order (bytes of context that matter)"},
@@ -284,6 +298,25 @@ void assign(const toml::node& n, FieldPtr ptr, const std::string& key, std::vect
             out.push_back(*v);
           }
           *dst = std::move(out);
+        } else if constexpr (std::is_same_v<T, Options>) {
+          const auto* tbl = n.as_table();
+          if (!tbl) {
+            errs.push_back(key + ": expected a table of settings, e.g. { classes = 10 }");
+            return;
+          }
+          Options out;
+          for (auto&& [k, v] : *tbl) {
+            const std::string name(k.str());
+            if (auto str = v.template value_exact<std::string>()) out[name] = *str;
+            else if (auto i = v.template value_exact<std::int64_t>()) out[name] = std::to_string(*i);
+            else if (auto b = v.template value_exact<bool>()) out[name] = *b ? "true" : "false";
+            else if (auto d = v.template value_exact<double>()) {
+              char buf[64];
+              auto r = std::to_chars(buf, buf + sizeof buf, *d);
+              out[name] = std::string(buf, r.ptr);
+            } else errs.push_back(key + "." + name + ": expected a string, a number or a boolean");
+          }
+          *dst = std::move(out);
         } else if constexpr (std::is_same_v<T, std::vector<int>>) {
           const auto* arr = n.as_array();
           std::vector<int> out;
@@ -345,6 +378,11 @@ std::string format_value(FieldPtr ptr) {
           std::string s = "[";
           for (std::size_t i = 0; i < v->size(); ++i) s += (i ? ", " : "") + std::to_string((*v)[i]);
           return s + "]";
+        } else if constexpr (std::is_same_v<T, Options>) {
+          if (v->empty()) return "{}";
+          std::string s = "{ ";
+          for (auto it = v->begin(); it != v->end(); ++it) s += (it == v->begin() ? "" : ", ") + it->first + " = \"" + it->second + "\"";
+          return s + " }";
         } else if constexpr (std::is_floating_point_v<T>) {
           char buf[64];
           auto r = std::to_chars(buf, buf + sizeof buf, *v);
@@ -354,6 +392,32 @@ std::string format_value(FieldPtr ptr) {
         } else return std::to_string(*v);
       },
       ptr);
+}
+
+}  // namespace
+
+namespace {
+
+bool builtin_kind(const ModelConfig& m) { return m.kind == "gpt" || m.kind == "mlp"; }
+
+// What the layout of an app's model holds, measured by building one (a model owns only its
+// workspace, so this is cheap); zeros if its factory refuses the settings (validate says why).
+struct Measured {
+  bool built = false;
+  long double parameters = 0, tensors = 0;
+  int layers = 1;  // strided fragment units: layer ids 0..max (the ones before the blocks count as 0)
+};
+Measured measure_model(const ModelConfig& m) {
+  Measured r;
+  try {
+    auto model = make_model(m);
+    r.parameters = static_cast<long double>(model->layout().size());
+    r.tensors = static_cast<long double>(model->layout().tensors().size());
+    r.layers = std::max(model->layout().max_layer(), 0) + 1;
+    r.built = true;
+  } catch (const std::exception&) {
+  }
+  return r;
 }
 
 }  // namespace
@@ -368,8 +432,10 @@ ConfigError::ConfigError(std::vector<std::string> problems)
 
 std::vector<std::string> validate(const ModelConfig& m) {
   std::vector<std::string> e;
-  if (m.kind != "gpt" && m.kind != "mlp") e.push_back("model.kind: must be \"gpt\" or \"mlp\" (got \"" + m.kind + "\")");
-  if (m.vocab != 256) e.push_back("model.vocab: must be 256 (byte-level models)");
+  const auto kind_problems = validate_model_kind(m);
+  e.insert(e.end(), kind_problems.begin(), kind_problems.end());
+  if (m.vocab < 2 || m.vocab > kMaxVocab)
+    e.push_back("model.vocab: must be in [2, " + std::to_string(kMaxVocab) + "] (got " + std::to_string(m.vocab) + ")");
   if (m.seq_len < 1 || m.seq_len > 4096) e.push_back("model.seq_len: must be in [1, 4096] (got " + std::to_string(m.seq_len) + ")");
   if (m.n_layer < 1) e.push_back("model.n_layer: must be ≥ 1 (got " + std::to_string(m.n_layer) + ")");
   if (m.n_head < 1) e.push_back("model.n_head: must be ≥ 1 (got " + std::to_string(m.n_head) + ")");
@@ -387,6 +453,14 @@ std::vector<std::string> validate(const ModelConfig& m) {
                 " exceeds the model's index range (2^31 − 1)");
   if (m.kind == "gpt" && 4.0L * m.n_embd > kMaxIndex)
     e.push_back("model.n_embd: 4 × n_embd exceeds the model's index range (2^31 − 1)");
+  // An app's model: its factory has the last word on its settings (the built-ins checked above).
+  if (e.empty() && !builtin_kind(m)) {
+    try {
+      make_model(m);
+    } catch (const std::exception& ex) {
+      e.push_back(ex.what());
+    }
+  }
   return e;
 }
 
@@ -396,6 +470,7 @@ namespace {
 
 // Values of one model copy.
 long double model_parameters(const ModelConfig& m) {
+  if (!builtin_kind(m)) return measure_model(m).parameters;
   const long double V = m.vocab, C = m.n_embd;
   if (m.kind == "mlp") {
     const long double K = m.context, H = m.hidden;
@@ -406,10 +481,15 @@ long double model_parameters(const ModelConfig& m) {
 }
 
 // Tensors of the parameter layout (each carries a name, a shape and offsets).
-long double model_tensors(const ModelConfig& m) { return m.kind == "mlp" ? 5.0L : 12.0L * m.n_layer + 4; }
+long double model_tensors(const ModelConfig& m) {
+  if (!builtin_kind(m)) return measure_model(m).tensors;
+  return m.kind == "mlp" ? 5.0L : 12.0L * m.n_layer + 4;
+}
 
 // Bytes of one model instance's activation workspace for B windows (gpt.cpp / mlp.cpp prepare()).
+// An app's model: unknown (0; the estimate is a lower bound).
 long double workspace_bytes(const ModelConfig& m, long double B) {
+  if (!builtin_kind(m)) return 0;
   const long double T = m.seq_len, N = B * T, V = m.vocab, C = m.n_embd;
   if (m.kind == "mlp") {
     const long double K = m.context, H = m.hidden;
@@ -641,7 +721,12 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   const auto& f = c.fragments;
   // Fragments split the model by layer (strided) or by tensor (balanced); none may be empty.
   const int layers = std::clamp(c.model.n_layer, 1, 1 << 24);
-  const int units = c.model.kind == "mlp" ? (f.plan == "balanced" ? 5 : 2) : (f.plan == "balanced" ? 12 * layers + 4 : layers + 1);
+  int units = c.model.kind == "mlp" ? (f.plan == "balanced" ? 5 : 2) : (f.plan == "balanced" ? 12 * layers + 4 : layers + 1);
+  if (!builtin_kind(c.model)) {
+    const auto mm = measure_model(c.model);
+    units = !mm.built ? std::max(f.count, 1)  // the kind or its settings are reported already
+            : f.plan == "balanced" ? static_cast<int>(std::min<long double>(mm.tensors, 1 << 30)) : mm.layers;
+  }
   if (f.count < 1) e.push_back("fragments.count: must be ≥ 1 (got " + std::to_string(f.count) + ")");
   else if (f.count > t.H && t.H >= 1) e.push_back("fragments.count: must not exceed train.H (each fragment needs its own step)");
   else if (f.count > units)
@@ -761,6 +846,10 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   if (c.data.corpus == "synthetic" && c.model.seq_len >= 1 && c.data.eval_tokens < static_cast<std::uint64_t>(c.model.seq_len) + 1)
     e.push_back("data.eval_tokens: " + std::to_string(c.data.eval_tokens) + " tokens hold no window of model.seq_len + 1 = " +
                 std::to_string(c.model.seq_len + 1));
+  if (c.data.corpus == "synthetic" && c.model.vocab >= 2 && c.data.alphabet >= 2 && c.data.alphabet <= 64 &&
+      synthetic_max_token(c.data) >= c.model.vocab)
+    e.push_back("model.vocab: " + std::to_string(c.model.vocab) + " is too small for the synthetic language, whose " +
+                std::to_string(c.data.alphabet) + " symbols are bytes up to " + std::to_string(synthetic_max_token(c.data)));
   if (c.quorum.min_islands > t.islands)
     e.push_back("quorum.min_islands: exceeds train.islands (" + std::to_string(c.quorum.min_islands) + " > " +
                 std::to_string(t.islands) + ")");

@@ -1,10 +1,20 @@
-// The built-in synthetic language, file corpora, per-island shards and the evaluation split.
+// The built-in synthetic language, file corpora, llm.c token shards (mapped), per-island shards
+// and the evaluation split.
 #include "diloco/data.hpp"
 
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -19,6 +29,10 @@ constexpr int kMaxAlphabet = static_cast<int>(sizeof(kSymbols) - 1);
 constexpr std::uint64_t kEvalStream = 0xE7A1;
 constexpr std::uint64_t kEvalWindowStream = 0xE7A2;
 constexpr std::uint64_t kLanguageStream = 0x1A46;
+// llm.c's token shard (dev/data/data_common.py write_datafile): 256 int32 of header, then uint16.
+constexpr std::int32_t kShardMagic = 20240520;
+constexpr std::int32_t kShardVersion = 1;
+constexpr std::size_t kShardHeaderBytes = 256 * sizeof(std::int32_t);
 
 double entropy_of(const std::vector<double>& p) {
   double h = 0.0;
@@ -150,6 +164,54 @@ private:
   std::vector<Dialect> dialects_;
 };
 
+/// Tokens read in place: runs of 8- or 16-bit ids (bytes held in memory, or mapped shards),
+/// indexed as one stream. Each run remembers its file and where its first token lies in it, so
+/// that a bad token can be named by file and byte offset.
+class TokenSeq {
+public:
+  struct Run {
+    const void* data = nullptr;
+    int width = 1;             // bytes per token: 1 (uint8) or 2 (uint16, little-endian)
+    std::size_t n = 0;         // tokens
+    std::string file;          // where they come from
+    std::size_t offset = 0;    // byte offset of the first token in `file`
+  };
+  void add(Run run, std::shared_ptr<const void> owner) {
+    owners_.push_back(std::move(owner));
+    if (run.n == 0) return;
+    begin_.push_back(total_);
+    total_ += run.n;
+    runs_.push_back(std::move(run));
+  }
+  std::size_t size() const { return total_; }
+  const std::vector<Run>& runs() const { return runs_; }
+  /// Tokens [start, start + n) into `out`, across runs.
+  void copy(std::size_t start, std::size_t n, std::uint32_t* out) const {
+    auto r = static_cast<std::size_t>(std::upper_bound(begin_.begin(), begin_.end(), start) - begin_.begin()) - 1;
+    while (n > 0) {
+      const Run& run = runs_.at(r);
+      const std::size_t from = start - begin_[r], take = std::min(n, run.n - from);
+      if (run.width == 1) {
+        const auto* p = static_cast<const std::uint8_t*>(run.data) + from;
+        for (std::size_t k = 0; k < take; ++k) out[k] = p[k];
+      } else {
+        const auto* p = static_cast<const unsigned char*>(run.data) + 2 * from;
+        for (std::size_t k = 0; k < take; ++k) out[k] = static_cast<std::uint32_t>(p[2 * k] | (p[2 * k + 1] << 8));
+      }
+      out += take;
+      start += take;
+      n -= take;
+      ++r;
+    }
+  }
+
+private:
+  std::vector<Run> runs_;
+  std::vector<std::size_t> begin_;  // first stream index of each run
+  std::vector<std::shared_ptr<const void>> owners_;
+  std::size_t total_ = 0;
+};
+
 namespace {
 
 std::vector<double> mixture(const DataConfig& cfg, int island, bool iid) {
@@ -202,8 +264,7 @@ private:
 /// Random windows from [begin, end) of a byte corpus.
 class FileShard final : public BatchSource {
 public:
-  FileShard(std::shared_ptr<const std::vector<std::uint8_t>> data, std::size_t begin, std::size_t end,
-            std::uint64_t seed)
+  FileShard(std::shared_ptr<const TokenSeq> data, std::size_t begin, std::size_t end, std::uint64_t seed)
       : data_(std::move(data)), begin_(begin), end_(end), rng_(seed) {}
   void next(int B, int T, Batch& out) override {
     const auto w = static_cast<std::size_t>(T) + 1;
@@ -215,25 +276,207 @@ public:
     out.tokens.resize(static_cast<std::size_t>(B) * w);
     for (int b = 0; b < B; ++b) {
       const std::size_t start = begin_ + rng_.below(end_ - begin_ - w + 1);
-      std::copy_n(data_->begin() + static_cast<std::ptrdiff_t>(start), w,
-                  out.tokens.begin() + static_cast<std::ptrdiff_t>(b * w));
+      data_->copy(start, w, out.tokens.data() + b * w);
     }
     tokens_ += out.num_targets();
   }
 
 private:
-  std::shared_ptr<const std::vector<std::uint8_t>> data_;
+  std::shared_ptr<const TokenSeq> data_;
   std::size_t begin_, end_;
   Rng rng_;
 };
 
+/// Consecutive windows of T+1 tokens from [begin, end) of a token stream, each starting T after
+/// the last (llm.c's DataLoader), from the start again after the last whole window. Window k
+/// starts at begin + (k mod W)·T, so the position is a function of the windows drawn and
+/// skip() seeks at once.
+class TokenWindows final : public BatchSource {
+public:
+  TokenWindows(std::shared_ptr<const TokenSeq> data, std::size_t begin, std::size_t end, int island)
+      : data_(std::move(data)), begin_(begin), end_(end), island_(island) {}
+  void next(int B, int T, Batch& out) override {
+    const std::size_t W = windows(T), w = static_cast<std::size_t>(T) + 1;
+    out.B = B;
+    out.T = T;
+    out.tokens.resize(static_cast<std::size_t>(B) * w);
+    for (int b = 0; b < B; ++b, ++k_)
+      data_->copy(begin_ + (k_ % W) * static_cast<std::size_t>(T), w, out.tokens.data() + static_cast<std::size_t>(b) * w);
+    tokens_ += out.num_targets();
+  }
+  void skip(long batches, int B, int T) override {
+    windows(T);  // a slice too short fails here as in next()
+    k_ += static_cast<std::uint64_t>(batches) * static_cast<std::uint64_t>(B);
+    tokens_ += static_cast<std::uint64_t>(batches) * static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(T);
+  }
+
+private:
+  std::size_t windows(int T) const {
+    const auto w = static_cast<std::size_t>(T) + 1;
+    if (end_ - begin_ < w)
+      throw std::invalid_argument("data.path: island " + std::to_string(island_) + "'s slice of the token shards holds " +
+                                  std::to_string(end_ - begin_) + " tokens, fewer than one window of model.seq_len + 1 = " +
+                                  std::to_string(w));
+    return (end_ - begin_ - 1) / static_cast<std::size_t>(T);
+  }
+  std::shared_ptr<const TokenSeq> data_;
+  std::size_t begin_, end_;
+  int island_;
+  std::uint64_t k_ = 0;  // windows drawn
+};
+
+/// A file mapped read-only for the life of the corpus.
+struct Mapping {
+  void* addr = MAP_FAILED;
+  std::size_t len = 0;
+  ~Mapping() {
+    if (addr != MAP_FAILED) munmap(addr, len);
+  }
+};
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+/// The files matching `pattern`, sorted (glob(3)); none is an error naming `key`.
+std::vector<std::string> glob_files(const std::string& pattern, const std::string& key) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> files;
+  if (rc == 0)
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && files.empty()))
+    throw std::invalid_argument(key + ": " + quoted(pattern) + " matches no file");
+  if (rc != 0) throw std::runtime_error(key + ": cannot search for " + quoted(pattern) + " (" + std::strerror(errno) + ")");
+  return files;
+}
+
+/// Maps one llm.c shard and checks its header against its size; adds its tokens to `seq`.
+void map_shard(const std::string& file, const std::string& key, TokenSeq& seq) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(key + ": cannot open " + quoted(file) + " (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::invalid_argument(key + ": " + quoted(file) + " is not a regular file");
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size < kShardHeaderBytes) {
+    ::close(fd);
+    throw std::invalid_argument(key + ": " + quoted(file) + " is truncated: " + std::to_string(size) +
+                                " bytes, shorter than the 1024-byte header of a token shard");
+  }
+  auto map = std::make_shared<Mapping>();
+  map->addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (map->addr == MAP_FAILED) throw std::runtime_error(key + ": cannot map " + quoted(file) + " (" + std::strerror(map_errno) + ")");
+  map->len = size;
+  std::int32_t header[3];
+  std::memcpy(header, map->addr, sizeof header);  // little-endian, as llm.c writes it
+  if (header[0] != kShardMagic)
+    throw std::invalid_argument(key + ": " + quoted(file) + " is not an llm.c token shard (magic number " +
+                                std::to_string(header[0]) + ", expected " + std::to_string(kShardMagic) + ")");
+  if (header[1] != kShardVersion)
+    throw std::invalid_argument(key + ": " + quoted(file) + " has version " + std::to_string(header[1]) +
+                                " (only version 1, uint16 tokens, is read)");
+  if (header[2] < 0)
+    throw std::invalid_argument(key + ": " + quoted(file) + " counts " + std::to_string(header[2]) + " tokens in its header");
+  const auto count = static_cast<std::size_t>(header[2]), expected = kShardHeaderBytes + 2 * count;
+  if (size != expected)
+    throw std::invalid_argument(key + ": " + quoted(file) + (size < expected ? " is truncated: its" : ": its") +
+                                " header counts " + std::to_string(count) + " tokens (" + std::to_string(expected) +
+                                " bytes with the header) but the file holds " + std::to_string(size) + " bytes");
+  madvise(map->addr, size, MADV_WILLNEED);
+  seq.add({static_cast<const unsigned char*>(map->addr) + kShardHeaderBytes, 2, count, file, kShardHeaderBytes}, map);
+}
+
+std::shared_ptr<const TokenSeq> map_shards(const std::string& pattern, const std::string& key) {
+  auto seq = std::make_shared<TokenSeq>();
+  for (const auto& f : glob_files(pattern, key)) map_shard(f, key, *seq);
+  return seq;
+}
+
+/// Refuses the first token ≥ vocab, naming its file and byte offset; counts every token into
+/// `counts` (sized vocab) if given.
+void check_tokens(const TokenSeq& seq, int vocab, const std::string& key, std::vector<double>* counts) {
+  const auto V = static_cast<std::uint32_t>(vocab);
+  for (const auto& run : seq.runs()) {
+    const auto* p = static_cast<const unsigned char*>(run.data);
+    for (std::size_t k = 0; k < run.n; ++k) {
+      const std::uint32_t t = run.width == 1 ? p[k] : static_cast<std::uint32_t>(p[2 * k] | (p[2 * k + 1] << 8));
+      if (t >= V)
+        throw std::invalid_argument(key + ": " + quoted(run.file) + " holds token " + std::to_string(t) + " at byte offset " +
+                                    std::to_string(run.offset + k * static_cast<std::size_t>(run.width)) +
+                                    ", not below model.vocab = " + std::to_string(vocab));
+      if (counts) (*counts)[t] += 1.0;
+    }
+  }
+}
+
 }  // namespace
+
+TokenShardWriter::TokenShardWriter(std::string dir, std::string prefix, std::size_t shard_tokens)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {
+  if (shard_tokens_ == 0) throw std::invalid_argument("shard tokens: must be at least 1");
+  if (shard_tokens_ > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw std::invalid_argument("shard tokens: at most 2147483647 (the header's count is an int32)");
+}
+
+void TokenShardWriter::open_next() {
+  char name[32];
+  std::snprintf(name, sizeof name, "_%06zu.bin", files_.size());
+  files_.push_back(dir_ + "/" + prefix_ + name);
+  out_.open(files_.back(), std::ios::binary | std::ios::trunc);
+  if (!out_) throw std::runtime_error("cannot write '" + files_.back() + "'");
+  const std::vector<char> header(kShardHeaderBytes, 0);  // its count is written on closing
+  out_.write(header.data(), static_cast<std::streamsize>(header.size()));
+  in_shard_ = 0;
+}
+
+void TokenShardWriter::close_current() {
+  if (!out_.is_open()) return;
+  std::int32_t head[3] = {kShardMagic, kShardVersion, static_cast<std::int32_t>(in_shard_)};
+  out_.seekp(0);
+  out_.write(reinterpret_cast<const char*>(head), sizeof head);
+  out_.close();
+  if (!out_) throw std::runtime_error("cannot write '" + files_.back() + "'");
+}
+
+void TokenShardWriter::add(std::span<const std::uint32_t> ids) {
+  for (std::uint32_t id : ids) {
+    if (id > 0xFFFF)
+      throw std::invalid_argument("token id " + std::to_string(id) + " does not fit a shard's 16-bit tokens (at most 65535)");
+    if (!out_.is_open() || in_shard_ == shard_tokens_) {
+      close_current();
+      open_next();
+    }
+    const unsigned char le[2] = {static_cast<unsigned char>(id & 0xFF), static_cast<unsigned char>(id >> 8)};
+    out_.write(reinterpret_cast<const char*>(le), 2);
+    ++in_shard_;
+    ++total_;
+  }
+  if (!out_.good() && out_.is_open()) throw std::runtime_error("cannot write '" + files_.back() + "'");
+}
+
+std::vector<std::string> TokenShardWriter::finish() {
+  close_current();
+  return files_;
+}
+
+int synthetic_max_token(const DataConfig& cfg) {
+  const int n = std::clamp(cfg.alphabet, 1, kMaxAlphabet);
+  return static_cast<unsigned char>(*std::max_element(kSymbols, kSymbols + n));
+}
 
 std::vector<std::string> validate(const DataConfig& c) {
   std::vector<std::string> e;
-  if (c.corpus != "synthetic" && c.corpus != "file")
-    e.push_back("data.corpus: must be \"synthetic\" or \"file\" (got \"" + c.corpus + "\")");
-  if (c.corpus == "file" && c.path.empty()) e.push_back("data.path: required when data.corpus = \"file\"");
+  if (c.corpus != "synthetic" && c.corpus != "file" && c.corpus != "tokens")
+    e.push_back("data.corpus: must be \"synthetic\", \"file\" or \"tokens\" (got \"" + c.corpus + "\")");
+  if (c.corpus != "synthetic" && c.path.empty()) e.push_back("data.path: required when data.corpus = \"" + c.corpus + "\"");
+  if (c.corpus == "tokens" && c.eval_path.empty())
+    e.push_back("data.eval_path: required when data.corpus = \"tokens\" (a glob of the evaluation shards)");
+  if (c.corpus != "tokens" && !c.eval_path.empty())
+    e.push_back("data.eval_path: only for data.corpus = \"tokens\" (the other corpora hold out their own split)");
   if (c.alphabet < 2 || c.alphabet > kMaxAlphabet)
     e.push_back("data.alphabet: must be in [2, " + std::to_string(kMaxAlphabet) + "] (got " + std::to_string(c.alphabet) + ")");
   if (c.order < 1 || c.order > 4) e.push_back("data.order: must be in [1, 4] (got " + std::to_string(c.order) + ")");
@@ -249,18 +492,45 @@ std::vector<std::string> validate(const DataConfig& c) {
   return e;
 }
 
-Corpus Corpus::make(const DataConfig& cfg) {
+void BatchSource::skip(long batches, int B, int T) {
+  Batch scratch;
+  for (long k = 0; k < batches; ++k) next(B, T, scratch);
+}
+
+Corpus Corpus::make(const DataConfig& cfg, int vocab) {
   if (auto errs = validate(cfg); !errs.empty()) throw std::invalid_argument(errs.front());
+  if (vocab < 2 || vocab > kMaxVocab) throw std::invalid_argument("model.vocab: must be in [2, " + std::to_string(kMaxVocab) + "]");
   Corpus c;
   c.cfg_ = cfg;
   if (cfg.corpus == "synthetic") {
+    if (synthetic_max_token(cfg) >= vocab)
+      throw std::invalid_argument("model.vocab: " + std::to_string(vocab) + " is too small for the synthetic language (bytes up to " +
+                                  std::to_string(synthetic_max_token(cfg)) + ")");
     c.lang_ = std::make_shared<MarkovLanguage>(cfg);
     const auto uniform = mixture(cfg, 0, true);
     c.floor_ = c.lang_->floor(uniform);
     c.unigram_ = c.lang_->unigram(uniform);
     Rng rng(derive_seed(cfg.seed, kEvalStream));
-    while (c.eval_.size() < cfg.eval_tokens) c.lang_->document(pick(uniform, rng), rng, c.eval_);
-    c.eval_.resize(cfg.eval_tokens);
+    auto eval = std::make_shared<std::vector<std::uint8_t>>();
+    while (eval->size() < cfg.eval_tokens) c.lang_->document(pick(uniform, rng), rng, *eval);
+    eval->resize(cfg.eval_tokens);
+    auto seq = std::make_shared<TokenSeq>();
+    seq->add({eval->data(), 1, eval->size(), "the synthetic evaluation split", 0}, eval);
+    c.eval_ = std::move(seq);
+    return c;
+  }
+  if (cfg.corpus == "tokens") {
+    auto train = map_shards(cfg.path, "data.path");
+    auto eval = map_shards(cfg.eval_path, "data.eval_path");
+    std::vector<double> counts(static_cast<std::size_t>(std::min(vocab, 1 << 16)), 0.0);
+    check_tokens(*train, vocab, "data.path", &counts);
+    check_tokens(*eval, vocab, "data.eval_path", nullptr);
+    if (train->size() == 0) throw std::invalid_argument("data.path: the shards of " + quoted(cfg.path) + " hold no tokens");
+    if (eval->size() == 0) throw std::invalid_argument("data.eval_path: the shards of " + quoted(cfg.eval_path) + " hold no tokens");
+    for (auto& x : counts) x /= static_cast<double>(train->size());
+    c.unigram_ = entropy_of(counts);
+    c.train_ = std::move(train);
+    c.eval_ = std::move(eval);
     return c;
   }
   std::ifstream in(cfg.path, std::ios::binary);
@@ -271,13 +541,18 @@ Corpus Corpus::make(const DataConfig& cfg) {
   if (bytes->size() < 4096 || n_eval < 1024)
     throw std::invalid_argument("data.path: '" + cfg.path + "' is too small (" + std::to_string(bytes->size()) +
                                 " bytes; need at least 4096 and an evaluation tail of 1024)");
-  c.eval_.assign(bytes->end() - static_cast<std::ptrdiff_t>(n_eval), bytes->end());
-  bytes->resize(bytes->size() - n_eval);
+  const std::size_t n_train = bytes->size() - n_eval;
   std::vector<double> counts(256, 0.0);
-  for (auto b : *bytes) counts[b] += 1.0;
-  for (auto& x : counts) x /= static_cast<double>(bytes->size());
+  for (std::size_t k = 0; k < n_train; ++k) counts[(*bytes)[k]] += 1.0;
+  for (auto& x : counts) x /= static_cast<double>(n_train);
   c.unigram_ = entropy_of(counts);
-  c.train_ = std::move(bytes);
+  auto train = std::make_shared<TokenSeq>(), eval = std::make_shared<TokenSeq>();
+  train->add({bytes->data(), 1, n_train, cfg.path, 0}, bytes);
+  eval->add({bytes->data() + n_train, 1, n_eval, cfg.path, n_train}, bytes);
+  check_tokens(*train, vocab, "data.path", nullptr);
+  check_tokens(*eval, vocab, "data.path", nullptr);
+  c.train_ = std::move(train);
+  c.eval_ = std::move(eval);
   return c;
 }
 
@@ -285,19 +560,31 @@ std::unique_ptr<BatchSource> Corpus::shard(int island, int num_islands) const {
   const std::uint64_t seed = derive_seed(cfg_.seed, static_cast<std::uint64_t>(island) + 1);
   if (lang_) return std::make_unique<SyntheticShard>(lang_, mixture(cfg_, island, cfg_.iid), seed);
   const std::size_t n = train_->size();
-  if (cfg_.iid) return std::make_unique<FileShard>(train_, 0, n, seed);
   const auto i = static_cast<std::size_t>(island), m = static_cast<std::size_t>(num_islands);
+  if (cfg_.corpus == "tokens") return std::make_unique<TokenWindows>(train_, n * i / m, n * (i + 1) / m, island);
+  if (cfg_.iid) return std::make_unique<FileShard>(train_, 0, n, seed);
   return std::make_unique<FileShard>(train_, n * i / m, n * (i + 1) / m, seed);
+}
+
+std::size_t Corpus::eval_size() const { return eval_->size(); }
+
+std::vector<std::uint32_t> Corpus::eval_tokens() const {
+  std::vector<std::uint32_t> all(eval_->size());
+  if (!all.empty()) eval_->copy(0, all.size(), all.data());
+  return all;
 }
 
 std::vector<std::size_t> Corpus::eval_window_starts(int T, std::size_t count) const {
   const auto w = static_cast<std::size_t>(T) + 1;
-  if (eval_.size() < w) throw std::invalid_argument("data.eval_tokens: shorter than one window");
+  if (eval_->size() < w)
+    throw std::invalid_argument(std::string(cfg_.corpus == "tokens" ? "data.eval_path" : cfg_.corpus == "file" ? "data.eval_fraction" : "data.eval_tokens") +
+                                ": the evaluation split (" + std::to_string(eval_->size()) + " tokens) is shorter than one window of " +
+                                std::to_string(w));
   if (count > (std::size_t{1} << 31)) throw std::invalid_argument("evaluation: more than 2^31 windows");
   if (count == 0) return {};
   // Starts 0 .. R-1; stretch k holds [k·R/n, (k+1)·R/n), computed as k·q + k·r/n without overflow
   // (k, r < n ≤ 2^31, so k·r < 2^62).
-  const std::size_t R = eval_.size() - w + 1, n = count, q = R / n, r = R % n;
+  const std::size_t R = eval_->size() - w + 1, n = count, q = R / n, r = R % n;
   const auto bound = [&](std::size_t k) { return k * q + k * r / n; };
   Rng rng(derive_seed(cfg_.seed, kEvalWindowStream));
   std::vector<std::size_t> starts(n);
@@ -317,9 +604,7 @@ std::vector<Batch> Corpus::eval_batches(int B, int T, int count) const {
     b.B = B;
     b.T = T;
     b.tokens.resize(static_cast<std::size_t>(B) * w);
-    for (int i = 0; i < B; ++i, ++k)
-      std::copy_n(eval_.begin() + static_cast<std::ptrdiff_t>(starts[k]), w,
-                  b.tokens.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * w));
+    for (int i = 0; i < B; ++i, ++k) eval_->copy(starts[k], w, b.tokens.data() + static_cast<std::size_t>(i) * w);
   }
   return out;
 }
@@ -331,8 +616,12 @@ std::string Corpus::describe() const {
       << cfg_.alphabet << " symbols, " << cfg_.branching << " successors per context, "
       << (cfg_.iid ? "IID" : "non-IID") << " shards; entropy floor " << *floor_ << " nats/token, unigram "
       << unigram_ << " nats";
+  } else if (cfg_.corpus == "tokens") {
+    s << "token shards " << cfg_.path << ": " << train_->runs().size() << " files, " << train_->size()
+      << " training tokens, each island reads its own slice; evaluation " << cfg_.eval_path << ": "
+      << eval_->runs().size() << " files, " << eval_->size() << " tokens; unigram entropy " << unigram_ << " nats";
   } else {
-    s << "file " << cfg_.path << ": " << train_->size() << " training bytes, " << eval_.size()
+    s << "file " << cfg_.path << ": " << train_->size() << " training bytes, " << eval_->size()
       << " evaluation bytes, " << (cfg_.iid ? "IID" : "non-IID") << " shards; unigram entropy " << unigram_
       << " nats";
   }

@@ -27,7 +27,7 @@ void check(bool ok, const char* key, const std::string& what) {
 }
 
 ModelConfig validated(const ModelConfig& c) {
-  check(c.vocab >= 2 && c.vocab <= 256, "model.vocab", "must be in [2, 256] (byte tokens)");
+  check(c.vocab >= 2 && c.vocab <= kMaxVocab, "model.vocab", "must be in [2, 16777216]");
   check(c.seq_len >= 1, "model.seq_len", "must be >= 1");
   check(c.n_layer >= 1, "model.n_layer", "must be >= 1");
   check(c.n_head >= 1, "model.n_head", "must be >= 1");
@@ -213,7 +213,7 @@ void require_batch(const Batch& batch, int seq_len, int vocab) {
   if (batch.tokens.size() != static_cast<std::size_t>(batch.B) * (batch.T + 1))
     throw std::invalid_argument("batch: tokens must hold B*(T+1) values");
   for (auto tok : batch.tokens)
-    if (tok >= vocab)
+    if (tok >= static_cast<std::uint32_t>(vocab))
       throw std::invalid_argument("batch: token " + std::to_string(tok) +
                                   " >= model.vocab=" + std::to_string(vocab));
 }
@@ -296,8 +296,8 @@ void Gpt<S>::prepare(const Batch& batch) {
   targets_.resize(N);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) {
-      inputs_[b * T + t] = batch.tokens[static_cast<std::size_t>(b) * (T + 1) + t];
-      targets_[b * T + t] = batch.tokens[static_cast<std::size_t>(b) * (T + 1) + t + 1];
+      inputs_[b * T + t] = static_cast<int>(batch.tokens[static_cast<std::size_t>(b) * (T + 1) + t]);
+      targets_[b * T + t] = static_cast<int>(batch.tokens[static_cast<std::size_t>(b) * (T + 1) + t + 1]);
     }
   if (B == B_ && T == T_ && !ws_.empty()) return;
   // Lay out the workspace; each piece starts on a 64-byte boundary.

@@ -209,7 +209,7 @@ void run_fragments(const RunConfig& cfg, Model& model, const Corpus& corpus, Rec
 RunSummary run_reference(const RunConfig& cfg, const std::function<void(const RoundReport&)>& on_report,
                          std::span<const float> initial) {
   if (auto errs = validate(cfg); !errs.empty()) throw ConfigError(std::move(errs));
-  const Corpus corpus = Corpus::make(cfg.data);
+  const Corpus corpus = Corpus::make(cfg.data, cfg.model.vocab);
   auto model = make_model(cfg.model);
   std::vector<float> theta(model->layout().size());
   if (initial.empty()) model->init(theta, cfg.train.seed);

@@ -16,7 +16,7 @@ void check(bool ok, const char* key, const std::string& what) {
 }
 
 ModelConfig validated(const ModelConfig& c) {
-  check(c.vocab >= 2 && c.vocab <= 256, "model.vocab", "must be in [2, 256] (byte tokens)");
+  check(c.vocab >= 2 && c.vocab <= kMaxVocab, "model.vocab", "must be in [2, 16777216]");
   check(c.n_embd >= 1, "model.n_embd", "must be >= 1");
   check(c.context >= 1, "model.context", "must be >= 1");
   check(c.hidden >= 1, "model.hidden", "must be >= 1");
@@ -56,7 +56,7 @@ void Mlp<S>::prepare(const Batch& batch) {
   if (batch.tokens.size() != static_cast<std::size_t>(batch.B) * (batch.T + 1))
     throw std::invalid_argument("batch: tokens must hold B*(T+1) values");
   for (auto tok : batch.tokens)
-    if (tok >= cfg_.vocab)
+    if (tok >= static_cast<std::uint32_t>(cfg_.vocab))
       throw std::invalid_argument("batch: token " + std::to_string(tok) +
                                   " >= model.vocab=" + std::to_string(cfg_.vocab));
   const int B = batch.B, T = batch.T, K = cfg_.context;
@@ -66,14 +66,14 @@ void Mlp<S>::prepare(const Batch& batch) {
   ctx_.resize(N * K);
   targets_.resize(N);
   for (int b = 0; b < B; ++b) {
-    const std::uint8_t* row = batch.tokens.data() + static_cast<std::size_t>(b) * (T + 1);
+    const std::uint32_t* row = batch.tokens.data() + static_cast<std::size_t>(b) * (T + 1);
     for (int t = 0; t < T; ++t) {
       const std::size_t n = static_cast<std::size_t>(b) * T + t;
       for (int j = 0; j < K; ++j) {
         const int pos = t - K + 1 + j;  // oldest first
-        ctx_[n * K + j] = pos >= 0 ? row[pos] : 0;
+        ctx_[n * K + j] = pos >= 0 ? static_cast<int>(row[pos]) : 0;
       }
-      targets_[n] = row[t + 1];
+      targets_[n] = static_cast<int>(row[t + 1]);
     }
   }
   x_.resize(N * K * E);

@@ -1,10 +1,15 @@
-// make_model: picks the built-in model named by ModelConfig::kind behind the Model interface;
-// evaluate: the mean loss over evaluation batches and its standard error.
+// The model registry and make_model: the factory registered under ModelConfig::kind, the built-in
+// gpt and mlp among them; evaluate: the mean loss over evaluation batches and its standard error.
 #include "diloco/model.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
+
+#include "diloco/model_registry.hpp"
 
 #include "diloco/gpt.hpp"
 #include "diloco/mlp.hpp"
@@ -34,14 +39,110 @@ private:
   Net net_;
 };
 
+// The built-in kinds take no [model.options].
+std::vector<std::string> no_options(const ModelConfig& cfg) {
+  std::vector<std::string> e;
+  for (const auto& [key, value] : cfg.options)
+    e.push_back("model.options." + key + ": unknown option (model.kind \"" + cfg.kind + "\" takes none)");
+  return e;
+}
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, ModelKind, std::less<>> kinds;
+};
+
+void add(Registry& r, ModelKind kind) {
+  const auto ok = [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' ||
+           ch == '.';
+  };
+  if (kind.name.empty() || !std::all_of(kind.name.begin(), kind.name.end(), ok))
+    throw std::invalid_argument("register_model: the name \"" + kind.name +
+                                "\" must be non-empty letters, digits, '_', '-' or '.'");
+  if (!kind.make) throw std::invalid_argument("register_model: \"" + kind.name + "\" has no factory");
+  if (r.kinds.count(kind.name)) throw std::invalid_argument("register_model: \"" + kind.name + "\" is already registered");
+  auto name = kind.name;
+  r.kinds.emplace(std::move(name), std::move(kind));
+}
+
+// The built-ins register like any app's model, from the accessor (not from a global
+// constructor, which a static library may drop and whose order is unspecified).
+void register_builtins(Registry& r) {
+  add(r, {"gpt", "byte-level transformer (pre-LN, causal attention, GELU MLP, tied head)",
+          [](const ModelConfig& c) -> std::unique_ptr<Model> { return std::make_unique<NetModel<Gpt<float>>>(c); },
+          no_options});
+  add(r, {"mlp", "next-token classifier over a fixed context (for tests)",
+          [](const ModelConfig& c) -> std::unique_ptr<Model> { return std::make_unique<NetModel<Mlp<float>>>(c); },
+          no_options});
+}
+
+// Built once, thread-safely, and never destroyed (chips may still build models while the
+// process exits).
+Registry& registry() {
+  static Registry& r = *[] {
+    auto* x = new Registry;
+    register_builtins(*x);
+    return x;
+  }();
+  return r;
+}
+
+std::string kinds_list(const Registry& r) {
+  std::string s;
+  for (const auto& [name, kind] : r.kinds) s += (s.empty() ? "\"" : ", \"") + name + "\"";
+  return s;
+}
+
 }  // namespace
 
+void register_model(ModelKind kind) {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  add(r, std::move(kind));
+}
+
+std::vector<std::string> model_kinds() {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, kind] : r.kinds) names.push_back(name);
+  return names;
+}
+
+bool is_model_kind(std::string_view name) {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  return r.kinds.find(name) != r.kinds.end();
+}
+
+std::vector<std::string> validate_model_kind(const ModelConfig& cfg) {
+  auto& r = registry();
+  std::function<std::vector<std::string>(const ModelConfig&)> check;
+  {
+    std::lock_guard lock(r.mu);
+    auto it = r.kinds.find(cfg.kind);
+    if (it == r.kinds.end())
+      return {"model.kind: unknown model \"" + cfg.kind + "\" (registered: " + kinds_list(r) + ")"};
+    check = it->second.validate;
+  }
+  return check ? check(cfg) : std::vector<std::string>{};
+}
+
 std::unique_ptr<Model> make_model(const ModelConfig& cfg) {
-  // The network constructors validate the sizes and name the offending key.
-  if (cfg.kind == "gpt") return std::make_unique<NetModel<Gpt<float>>>(cfg);
-  if (cfg.kind == "mlp") return std::make_unique<NetModel<Mlp<float>>>(cfg);
-  throw std::invalid_argument("model.kind: unknown kind '" + cfg.kind +
-                              "' (expected 'gpt' or 'mlp')");
+  auto& r = registry();
+  ModelFactory make;
+  {
+    std::lock_guard lock(r.mu);
+    auto it = r.kinds.find(cfg.kind);
+    if (it == r.kinds.end())
+      throw std::invalid_argument("model.kind: unknown model \"" + cfg.kind + "\" (registered: " + kinds_list(r) + ")");
+    make = it->second.make;
+  }
+  // The factories validate the sizes and name the offending key.
+  auto model = make(cfg);
+  if (!model) throw std::invalid_argument("model.kind: the factory of \"" + cfg.kind + "\" built nothing");
+  return model;
 }
 
 EvalResult mean_and_std_error(std::span<const double> losses) {

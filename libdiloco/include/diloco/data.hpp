@@ -1,11 +1,14 @@
-// Training data: a built-in synthetic language with a known loss floor, or a plain text file;
-// deterministic per-island shards (IID or non-IID) and a held-out evaluation split.
+// Training data: a built-in synthetic language with a known loss floor, a plain text file, or
+// pre-tokenised llm.c shards (memory-mapped); deterministic per-island shards (IID or non-IID) and
+// a held-out evaluation split.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,10 +16,13 @@
 
 namespace diloco {
 
-/// Where the bytes come from and how islands share them.
+/// Where the tokens come from and how islands share them.
 struct DataConfig {
-  std::string corpus = "synthetic";  // "synthetic" (built in) or "file"
-  std::string path;                  // corpus = "file": a plain text file, read as bytes
+  std::string corpus = "synthetic";  // "synthetic" (built in), "file" or "tokens"
+  std::string path;                  // corpus = "file": a plain text file, read as bytes;
+                                     // "tokens": a glob(3) pattern of llm.c .bin shards, read in
+                                     // sorted order as one stream
+  std::string eval_path;             // corpus = "tokens": a glob of the evaluation shards
   std::uint64_t seed = 1;            // seeds the language itself and every shard
   // The synthetic language: `dialects` sparse order-`order` Markov chains over `alphabet`
   // symbols, each context allowing `branching` successors out of a pool of 2·branching that
@@ -29,7 +35,8 @@ struct DataConfig {
   int doc_len = 512;
   // Sharding: IID islands all see the same mixture; non-IID island i draws a share `skew`
   // of its documents from dialect i mod dialects (synthetic) or reads only its own
-  // contiguous slice of the file.
+  // contiguous slice of the file. Token shards: island i of M always reads its own slice i/M
+  // of the stream, window after window.
   bool iid = true;
   double skew = 0.7;
   std::size_t eval_tokens = 131072;  // held-out evaluation tokens
@@ -42,6 +49,10 @@ public:
   virtual ~BatchSource() = default;
   /// Fills `out` with B windows of T+1 tokens.
   virtual void next(int B, int T, Batch& out) = 0;
+  /// Moves past `batches` batches of B windows, as if next() had been called that often (a
+  /// resumed island goes on where it was: its position is a function of the batches it drew).
+  /// The default draws them; sources that can seek override it.
+  virtual void skip(long batches, int B, int T);
   /// Target tokens handed out so far (B·T per batch).
   std::uint64_t tokens_served() const { return tokens_; }
 
@@ -50,14 +61,18 @@ protected:
 };
 
 class MarkovLanguage;
+class TokenSeq;
 
 /// A corpus: training shards for islands, a fixed evaluation split, and what is known of its
 /// entropy. Solves "every island gets its own reproducible data, and we know the best loss".
 class Corpus {
 public:
-  /// Builds the corpus; throws std::invalid_argument naming the key on bad settings and
-  /// std::runtime_error if a file cannot be read.
-  static Corpus make(const DataConfig& cfg);
+  /// Builds the corpus for a model of `vocab` token ids; throws std::invalid_argument naming the
+  /// key on bad settings or data (a token shard that is not one, naming the file and what is
+  /// wrong; a token ≥ vocab, naming the file and its byte offset) and std::runtime_error if a
+  /// file cannot be read. Every token of the data is checked here, once, so that training
+  /// never meets a bad one. Token shards are memory-mapped, not read into memory.
+  static Corpus make(const DataConfig& cfg, int vocab = 256);
 
   /// Training batches for island `island` of `num_islands` (same inputs, same batches).
   std::unique_ptr<BatchSource> shard(int island, int num_islands) const;
@@ -78,13 +93,17 @@ public:
     const int B = std::max(1, std::min(8, windows));
     return eval_batches(B, T, (windows + B - 1) / B);
   }
-  const std::vector<std::uint8_t>& eval_tokens() const { return eval_; }
+  /// Tokens in the evaluation split.
+  std::size_t eval_size() const;
+  /// A copy of the whole evaluation split (for tests and small splits).
+  std::vector<std::uint32_t> eval_tokens() const;
 
   /// Loss floor in nats/token of the evaluation stream, if the source is known (synthetic):
   /// the conditional entropy of the next byte given the dialect and all earlier bytes of its
   /// document. A lower bound: a model must also infer the dialect and document boundaries.
   std::optional<double> entropy_floor() const { return floor_; }
-  /// Entropy of the byte unigram distribution in nats (exact for synthetic, measured for files).
+  /// Entropy of the token unigram distribution in nats (exact for synthetic, measured over the
+  /// training data otherwise).
   double unigram_entropy() const { return unigram_; }
   /// One line saying what the corpus is.
   std::string describe() const;
@@ -92,11 +111,42 @@ public:
 private:
   DataConfig cfg_;
   std::shared_ptr<const MarkovLanguage> lang_;      // synthetic only
-  std::shared_ptr<const std::vector<std::uint8_t>> train_;  // file only
-  std::vector<std::uint8_t> eval_;
+  std::shared_ptr<const TokenSeq> train_;          // file and tokens
+  std::shared_ptr<const TokenSeq> eval_;
   std::optional<double> floor_;
   double unigram_ = 0.0;
 };
+
+/// Writes token ids as llm.c shards, the files data.corpus = "tokens" reads: `dir`/`prefix`_000000.bin,
+/// `prefix`_000001.bin, ... of at most `shard_tokens` tokens each (header of 256 int32: magic
+/// 20240520, version 1, token count; then uint16 little-endian). Solves "turn my tokenizer's
+/// output into training data" without holding it in memory: each shard is streamed to its file
+/// and its count written into its header when it is full or at finish().
+class TokenShardWriter {
+public:
+  /// Throws std::invalid_argument if shard_tokens is 0.
+  TokenShardWriter(std::string dir, std::string prefix, std::size_t shard_tokens);
+  /// Appends ids to the stream; throws std::invalid_argument for an id above 65535 (uint16) and
+  /// std::runtime_error if a file cannot be written.
+  void add(std::span<const std::uint32_t> ids);
+  /// Completes the last shard; returns every file written, in order.
+  std::vector<std::string> finish();
+  std::uint64_t tokens() const { return total_; }
+
+private:
+  void open_next();
+  void close_current();
+  std::string dir_, prefix_;
+  std::size_t shard_tokens_;
+  std::ofstream out_;
+  std::size_t in_shard_ = 0;
+  std::uint64_t total_ = 0;
+  std::vector<std::string> files_;
+};
+
+/// The largest token id the synthetic language writes (its symbols are ASCII bytes); data.alphabet
+/// must be in [2, 64].
+int synthetic_max_token(const DataConfig& cfg);
 
 /// Validation messages ("data.order: ...") for a data config; empty when valid.
 std::vector<std::string> validate(const DataConfig& cfg);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -11,18 +12,23 @@
 
 namespace diloco {
 
-/// A batch of B windows of T+1 byte tokens each: inputs are tokens[b][0..T), targets [1..T].
+/// The largest model.vocab (token ids are 32-bit; embeddings index with size_t).
+inline constexpr int kMaxVocab = 1 << 24;
+
+/// A batch of B windows of T+1 token ids each: inputs are tokens[b][0..T), targets [1..T].
+/// Ids are below model.vocab (bytes: below 256).
 struct Batch {
   int B = 0;
   int T = 0;
-  std::vector<std::uint8_t> tokens;  // (B, T+1) row-major
+  std::vector<std::uint32_t> tokens;  // (B, T+1) row-major
   std::size_t num_targets() const { return static_cast<std::size_t>(B) * T; }
 };
 
-/// Sizes of the models; `kind` picks "gpt" (byte transformer) or "mlp" (next-byte classifier).
+/// Sizes of the models; `kind` names a registered model (model_registry.hpp): the built-in "gpt"
+/// (byte transformer) or "mlp" (next-byte classifier), or one an app registered.
 struct ModelConfig {
   std::string kind = "gpt";
-  int vocab = 256;     // bytes
+  int vocab = 256;     // V: token ids are < V (256: bytes); sizes the embedding (and the mlp's output)
   int seq_len = 64;    // T: context length (also the position-embedding table size)
   int n_layer = 4;     // L
   int n_head = 4;      // NH
@@ -31,10 +37,18 @@ struct ModelConfig {
   int context = 3;
   int hidden = 256;
   float init_std = 0.02f;
+  // [model.options]: settings of a registered model kind that the built-in keys do not cover,
+  // as written in the TOML file (strings without their quotes, numbers and booleans as typed).
+  // The kind's factory reads them; its `validate` names the unknown or bad ones. The built-in
+  // kinds take none.
+  std::map<std::string, std::string> options;
 };
 
 /// A trainable model over a flat parameter vector. The object owns activation workspace only,
-/// so one instance per chip computes on parameters shared read-only with its island.
+/// so one instance per chip computes on parameters shared read-only with its island: calls on one
+/// instance come from one thread at a time, but several instances read the same `params` at once.
+/// The layout's tensor names and `layer` ids are the model's identity: fragments are cut from
+/// them and checkpoints store and check them.
 class Model {
 public:
   virtual ~Model() = default;
@@ -50,7 +64,9 @@ public:
   virtual double flops_per_token(int T) const = 0;
 };
 
-/// Builds the model described by `cfg` (validated first; see config.hpp).
+/// Builds the model described by `cfg` through the registry (model_registry.hpp): the factory
+/// registered under `cfg.kind`. Throws std::invalid_argument naming model.kind and the registered
+/// kinds if there is none, or naming the key the factory refuses.
 std::unique_ptr<Model> make_model(const ModelConfig& cfg);
 
 /// An eval loss and how far it may be from the loss over the whole held-out split: without the
