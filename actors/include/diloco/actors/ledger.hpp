@@ -1,0 +1,148 @@
+// What happens in a run, and what the apps read (the "ledger" room): one record per writer (each
+// island, each chip, the syncer, the gateway), the goodput the meter publishes, the events and
+// why the run stopped. No field has two writers; what one unit learns of another it learns by
+// message.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "diloco/actors/run.hpp"
+#include "diloco/checkpoint.hpp"
+#include "diloco/ddp.hpp"
+#include "diloco/events.hpp"
+#include "diloco/goodput.hpp"
+
+namespace diloco::actors {
+
+/// What island i records, written by island i alone (its live incarnation; a dead incarnation's
+/// clean-up clears only its own join, never its successor's).
+struct IslandRecord {
+  std::atomic<long> step{0};                // last finished step (a restarted island resumes here)
+  std::atomic<std::uint64_t> tokens{0};     // tokens trained
+  std::atomic<std::uint64_t> bytes_up{0};   // frame bytes sent to the syncer
+  std::atomic<std::uint64_t> refused{0};    // frames from the syncer it refused
+  std::atomic<int> incarnation{0};          // starts so far
+  /// The incarnation that is joined and not dead (0: none): alive means joined.
+  std::atomic<int> live{0};
+  /// Trained its budget and, with the final sync (decoupled), its last contributions merged.
+  std::atomic<bool> done{false};
+};
+
+/// What chip c of island i records, written by that chip alone: its starts and ends (alive
+/// while more starts than ends, whatever order a restart's start and clean-up run in).
+struct ChipRecord {
+  std::atomic<int> starts{0};
+  std::atomic<int> ends{0};
+};
+
+/// What the syncer records (or the ddp parameter server in its place: the same unit), written by
+/// it alone and read by the apps and the gateway.
+struct SyncerRecord {
+  explicit SyncerRecord(const Run& run);
+
+  std::atomic<int> starts{0};
+  std::atomic<std::uint64_t> commits{0};
+  std::atomic<std::uint64_t> bytes_down{0};     // frame bytes sent to islands
+  std::atomic<std::uint64_t> dropped_stale{0};  // outer gradients too stale or repeating merged progress
+  std::atomic<std::uint64_t> refused{0};        // frames refused (malformed, unknown sender, ...)
+  /// Per island: its Progress.finished was heard (and it has not re-joined since): in a
+  /// syncer-only process, what tells the run is over.
+  std::vector<std::atomic<bool>> finished;
+  /// Per island: the last step heard of, what a restarted site process is told to resume from.
+  std::vector<std::atomic<long>> heard_step;
+
+  /// The last snapshot in memory (also written to syncer.checkpoint when set).
+  std::optional<Checkpoint> snapshot() const;
+  void keep_snapshot(Checkpoint cp);
+  /// New global parameters (`new_round`: a round the app has not seen yet).
+  void publish(std::span<const float> params, std::uint64_t round, bool new_round);
+  /// The newest global parameters and their round.
+  std::pair<std::vector<float>, std::uint64_t> global() const;
+  std::uint64_t round() const;
+  /// Every new global round since the last call, oldest first (at most max_new_rounds: a reader
+  /// that never reads costs little memory).
+  std::deque<std::pair<std::uint64_t, std::vector<float>>> take_new_rounds();
+  static constexpr std::size_t max_new_rounds = 64;
+
+  /// ddp: the parameter server's state, kept across its restarts in this process (as a
+  /// torchrun job keeps its replicas' state in memory); null until the first server starts.
+  std::shared_ptr<DdpServer> ddp_server;
+
+private:
+  mutable std::mutex mu_;
+  std::optional<Checkpoint> snapshot_;
+  std::vector<float> global_;
+  std::uint64_t round_ = 0;
+  std::deque<std::pair<std::uint64_t, std::vector<float>>> new_rounds_;
+};
+
+/// Frames a process's gateway (sessions it refused) and each site's relay refused: each field
+/// written by its own actor.
+struct GatewayRecord {
+  explicit GatewayRecord(int sites) : relay_refused(static_cast<std::size_t>(sites)) {}
+  std::atomic<std::uint64_t> refused{0};
+  std::vector<std::atomic<std::uint64_t>> relay_refused;  // per site
+};
+
+/// The ledger's figures at one moment, summed over the records (what progress lines print).
+struct Tally {
+  std::uint64_t tokens = 0;         // tokens trained by all islands
+  std::uint64_t bytes_sent = 0;     // frame bytes islands → syncer and syncer → islands
+  int live_islands = 0;
+  int live_chips = 0;
+  int islands_done = 0;
+  std::uint64_t dropped_stale = 0;
+  std::uint64_t rejected = 0;       // every refused frame: the islands', the syncer's, the gateway's, the relays'
+  std::uint64_t commits = 0;
+};
+
+/// What happens in a run, and what the apps read: one record per writer (each island, each chip,
+/// the syncer, the gateway), the goodput the meter publishes, the events and why the run stopped.
+/// No field has two writers; what one unit learns of another it learns by message.
+struct Ledger {
+  Ledger(const Run& run, std::function<void(const Event&)> on_event);
+
+  std::vector<IslandRecord> islands;
+  std::vector<std::vector<ChipRecord>> chips;  // [island][chip]
+  SyncerRecord syncer;
+  GatewayRecord gateway;
+  /// Actor-clock second at which the run started: written once by spawn_runtime before any unit
+  /// starts; chaos event times, link partitions and goodput are relative to it.
+  std::atomic<double> t0{0.0};
+
+  Tally tally() const;
+  /// Goodput and global downtime as of actor-clock second `now`, from the meter's last copy.
+  GoodputMeter::Report goodput_report(double now) const;
+  /// The meter's copy of its state (meter.hpp): written by the meter alone, after each fact.
+  void publish_goodput(const GoodputMeter& m);
+  GoodputMeter goodput_copy() const;
+
+  void emit(const Event& e);
+  /// The run cannot go on and must end with an error: an island or the syncer diverged, or the
+  /// syncer's state file is unusable. Not a crash: a restarted unit would meet the same state
+  /// (or the same settings) again, and its supervisor would restart it forever. Written once:
+  /// the first reason is kept; the app ends the run with it and a non-zero exit.
+  void stop(const std::string& why);
+  /// Why the run was stopped, if it was.
+  std::optional<std::string> stopped() const;
+
+private:
+  mutable std::mutex goodput_mu_;
+  GoodputMeter goodput_;
+  mutable std::mutex stop_mu_;
+  std::optional<std::string> stop_reason_;
+  std::mutex ev_mu_;
+  std::function<void(const Event&)> on_event_;
+};
+
+}  // namespace diloco::actors

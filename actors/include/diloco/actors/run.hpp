@@ -1,0 +1,49 @@
+// What a run is, fixed when it starts (the "run" room): the configuration and what follows from
+// it. Read by every actor; written by nobody once the supervision tree is spawned.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "diloco/budget.hpp"
+#include "diloco/chaos.hpp"
+#include "diloco/config.hpp"
+#include "diloco/data.hpp"
+#include "diloco/fragments.hpp"
+#include "diloco/model.hpp"
+
+namespace diloco::actors {
+
+/// What a run is, fixed when it starts: the configuration and what follows from it (the
+/// budget, the data, the layout and fragment plan, the initial parameters, the fault schedule).
+/// Read by every actor; written by nobody once the tree is spawned (an app may set `initial`
+/// before, as --init does).
+struct Run {
+  explicit Run(RunConfig cfg);
+
+  RunConfig cfg;
+  RunBudget budget;                     // what the run trains before it ends (train.budget)
+  Corpus corpus;
+  std::unique_ptr<Model> layout_model;  // owns the layout the plans refer to
+  FragmentPlan plan;
+  std::vector<float> initial;           // seeded initial parameters
+  /// The fault schedule: [chaos] events and the time-triggered [[faults]] (at_s), by time.
+  std::vector<ChaosEvent> schedule;
+  /// Per island, the step it resumes from when it first starts: 0, or what the syncer told a
+  /// restarted site process (set by the app before the tree is spawned).
+  std::vector<long> resume_steps;
+
+  int P() const { return plan.count(); }
+  /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
+  /// (K = all islands, as the reference loops); "decoupled": they never wait.
+  bool synchronous() const { return cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::streaming; }
+  /// train.mode "ddp" on the actors: every step, islands send gradients and the parameter
+  /// server averages them, takes the AdamW step and sends the parameters back.
+  bool ddp() const { return cfg.train.mode == TrainMode::ddp; }
+  int tau() const { return cfg.train.mode == TrainMode::diloco ? 0 : cfg.fragments.tau; }
+  double alpha() const { return cfg.train.mode == TrainMode::diloco ? 0.0 : cfg.fragments.effective_alpha(); }
+  /// Decoupled islands send their unsent progress at the end (train.final_sync_s > 0).
+  bool final_sync() const { return cfg.train.mode == TrainMode::decoupled && cfg.train.final_sync_s > 0.0; }
+};
+
+}  // namespace diloco::actors

@@ -1,0 +1,118 @@
+// The ledger (ledger.hpp): the records, their sum, the meter's copy of goodput, events and stop.
+#include "diloco/actors/ledger.hpp"
+
+#include <algorithm>
+
+namespace diloco::actors {
+
+SyncerRecord::SyncerRecord(const Run& run)
+    : finished(static_cast<std::size_t>(run.cfg.train.islands)), heard_step(static_cast<std::size_t>(run.cfg.train.islands)),
+      global_(run.initial) {
+  for (auto& f : finished) f = false;
+  for (auto& s : heard_step) s = 0;
+}
+
+std::optional<Checkpoint> SyncerRecord::snapshot() const {
+  std::lock_guard lk(mu_);
+  return snapshot_;
+}
+
+void SyncerRecord::keep_snapshot(Checkpoint cp) {
+  std::lock_guard lk(mu_);
+  snapshot_ = std::move(cp);
+}
+
+void SyncerRecord::publish(std::span<const float> params, std::uint64_t round, bool new_round) {
+  std::lock_guard lk(mu_);
+  global_.assign(params.begin(), params.end());
+  if (new_round && round > round_) {
+    new_rounds_.emplace_back(round, global_);
+    if (new_rounds_.size() > max_new_rounds) new_rounds_.pop_front();
+  }
+  round_ = std::max(round_, round);
+}
+
+std::pair<std::vector<float>, std::uint64_t> SyncerRecord::global() const {
+  std::lock_guard lk(mu_);
+  return {global_, round_};
+}
+
+std::uint64_t SyncerRecord::round() const {
+  std::lock_guard lk(mu_);
+  return round_;
+}
+
+std::deque<std::pair<std::uint64_t, std::vector<float>>> SyncerRecord::take_new_rounds() {
+  std::deque<std::pair<std::uint64_t, std::vector<float>>> out;
+  std::lock_guard lk(mu_);
+  out.swap(new_rounds_);
+  return out;
+}
+
+namespace {
+GoodputMeter initial_goodput(const Run& run) {
+  const auto& cfg = run.cfg;
+  GoodputMeter g(cfg.train.islands, cfg.islands.chips, run.P(),
+                 run.ddp() || run.synchronous() ? cfg.train.islands : cfg.quorum.min_islands, cfg.chaos.downtime_gap_s, 0.0);
+  g.set_total_chips(cfg.islands.total_chips(cfg.train.islands));
+  return g;
+}
+}  // namespace
+
+Ledger::Ledger(const Run& run, std::function<void(const Event&)> on_event)
+    : islands(static_cast<std::size_t>(run.cfg.train.islands)), syncer(run), gateway(site_count(run.cfg)),
+      goodput_(initial_goodput(run)), on_event_(std::move(on_event)) {
+  for (int i = 0; i < run.cfg.train.islands; ++i) chips.emplace_back(static_cast<std::size_t>(run.cfg.islands.chips_of(i)));
+}
+
+Tally Ledger::tally() const {
+  Tally t;
+  for (const auto& r : islands) {
+    t.tokens += r.tokens.load();
+    t.bytes_sent += r.bytes_up.load();
+    t.live_islands += r.live.load() != 0 ? 1 : 0;
+    t.islands_done += r.done.load() ? 1 : 0;
+    t.rejected += r.refused.load();
+  }
+  for (const auto& island : chips)
+    for (const auto& c : island) t.live_chips += c.starts.load() - c.ends.load();
+  t.bytes_sent += syncer.bytes_down.load();
+  t.commits = syncer.commits.load();
+  t.dropped_stale = syncer.dropped_stale.load();
+  t.rejected += syncer.refused.load() + gateway.refused.load();
+  for (const auto& r : gateway.relay_refused) t.rejected += r.load();
+  return t;
+}
+
+
+GoodputMeter::Report Ledger::goodput_report(double now) const {
+  std::lock_guard lk(goodput_mu_);
+  return goodput_.report(now - t0.load());
+}
+
+void Ledger::publish_goodput(const GoodputMeter& m) {
+  std::lock_guard lk(goodput_mu_);
+  goodput_ = m;
+}
+
+GoodputMeter Ledger::goodput_copy() const {
+  std::lock_guard lk(goodput_mu_);
+  return goodput_;
+}
+
+void Ledger::emit(const Event& e) {
+  std::lock_guard lk(ev_mu_);
+  if (on_event_) on_event_(e);
+}
+
+void Ledger::stop(const std::string& why) {
+  std::lock_guard lk(stop_mu_);
+  if (!stop_reason_) stop_reason_ = why;
+}
+
+std::optional<std::string> Ledger::stopped() const {
+  std::lock_guard lk(stop_mu_);
+  return stop_reason_;
+}
+
+}  // namespace diloco::actors
