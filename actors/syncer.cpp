@@ -1,4 +1,4 @@
-// The syncer actor: a thin shell over SyncerCore (libdiloco/syncer.hpp).
+// The syncer actor: a thin shell over SyncerCore (libdiloco/syncer_core.hpp).
 #include "diloco/actors/syncer.hpp"
 
 #include <algorithm>

@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -21,7 +24,9 @@
 #include "report.hpp"
 #include "simulate_cmd.hpp"
 #include "site_run.hpp"
-#include "tokenize_cmd.hpp"
+#ifdef DILOCO_HAS_TORCH
+#include "diloco/torchscript.hpp"
+#endif
 
 namespace {
 
@@ -97,7 +102,28 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
 }  // namespace
 
 
+namespace {
+
+/// `diloco tokenize ...` is `diloco-tokenize tokenize ...`, the program installed beside this one
+/// (apps/tokenize_main.cpp says why it is apart). Returns only if it cannot be started.
+int run_tokenizer(char** argv) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto beside = self.parent_path() / "diloco-tokenize";
+  execv(beside.c_str(), argv);
+  execvp("diloco-tokenize", argv);
+  std::fprintf(stderr, "diloco tokenize: cannot start diloco-tokenize (looked beside %s and on PATH): %s\n",
+               self.c_str(), std::strerror(errno));
+  return 2;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "tokenize") return run_tokenizer(argv);
+#ifdef DILOCO_HAS_TORCH
+  diloco::register_torchscript();  // model.kind = "torchscript"
+#endif
   diloco::keep_large_buffers_in_heap();
   CLI::App app{"diloco: fault-tolerant, low-communication distributed training"};
   app.require_subcommand(1);
@@ -126,7 +152,9 @@ int main(int argc, char** argv) {
   check_cmd->add_option("configs", check_paths, "TOML configurations")->required()->check(CLI::ExistingFile);
 
   auto sim_flags = simcmd::add_command(app);
-  auto tokenize_flags = tokenizecmd::add_command(app);
+  app.add_subcommand("tokenize", "encode text files with a SentencePiece model into llm.c token shards "
+                                 "(data.corpus = \"tokens\"); see diloco tokenize --help")
+      ->allow_extras();
 
   auto* inspect_cmd = app.add_subcommand("inspect", "print what a wire frame (fragment, progress, join, heartbeat) or a checkpoint holds");
   std::vector<std::string> inspect_paths;
@@ -165,7 +193,6 @@ int main(int argc, char** argv) {
   const std::uint64_t memory = physical_memory();  // the bound of every size a configuration implies
   try {
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
-    if (app.got_subcommand("tokenize")) return tokenizecmd::run(*tokenize_flags);
     if (app.got_subcommand("syncer")) return run_syncer_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("site")) return run_site_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("demo")) return run_demo_supervision();

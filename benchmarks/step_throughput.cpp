@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <unistd.h>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -24,6 +26,9 @@
 
 #include "diloco/model.hpp"
 #include "diloco/rng.hpp"
+#ifdef DILOCO_HAS_TORCH
+#include "diloco/torchscript.hpp"
+#endif
 
 #ifndef DILOCO_BENCH_DIR
 #define DILOCO_BENCH_DIR "."
@@ -162,6 +167,50 @@ std::string json_escape(const std::string& s) {
   return r;
 }
 
+/// Tokens/s of `model` training on `batch` with AdamW for o.steps steps after o.warmup, and the
+/// last loss.
+std::pair<double, float> train_tokens_per_s(diloco::Model& model, const diloco::Batch& batch, const Options& o) {
+  const auto& layout = model.layout();
+  std::vector<float> params(layout.size()), grads(layout.size());
+  model.init(params, 1234);
+  AdamW opt(layout);
+  auto step = [&] {
+    const float loss = model.loss_and_grad(params, batch, grads);
+    opt.step(params, grads);
+    return loss;
+  };
+  float loss = 0;
+  for (int s = 0; s < o.warmup; ++s) loss = step();
+  const auto t0 = clock_type::now();
+  for (int s = 0; s < o.steps; ++s) loss = step();
+  const double elapsed = seconds_since(t0);
+  return {static_cast<double>(batch.B) * batch.T * o.steps / elapsed, loss};
+}
+
+#ifdef DILOCO_HAS_TORCH
+/// The same GPT exported by scripts/export_gpt.py and run as a TorchScript chip; nothing (with the
+/// reason) if the export fails.
+std::optional<double> torchscript_tokens_per_s(const Options& o, const diloco::Batch& batch, std::string& note) {
+  diloco::register_torchscript();
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("diloco_step_throughput_" + std::to_string(o.model.n_embd) + "_" + std::to_string(getpid()) + ".pt");
+  std::ostringstream cmd;
+  cmd << "/usr/bin/python3 '" << DILOCO_BENCH_DIR << "/../scripts/export_gpt.py' --out '" << path.string() << "'"
+      << " --vocab " << o.model.vocab << " --seq_len " << o.model.seq_len << " --n_layer " << o.model.n_layer
+      << " --n_head " << o.model.n_head << " --n_embd " << o.model.n_embd << " > /dev/null 2>&1";
+  if (std::system(cmd.str().c_str()) != 0) {
+    note = "export failed: " + cmd.str();
+    return std::nullopt;
+  }
+  auto cfg = o.model;
+  cfg.kind = "torchscript";
+  cfg.path = path.string();
+  auto model = diloco::make_model(cfg);
+  std::filesystem::remove(path);
+  return train_tokens_per_s(*model, batch, o).first;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -171,38 +220,29 @@ int main(int argc, char** argv) try {
   const int T = cfg.seq_len, B = o.batch;
   auto model = diloco::make_model(cfg);
   const auto& layout = model->layout();
-  std::vector<float> params(layout.size()), grads(layout.size());
-  model->init(params, 1234);
-  AdamW opt(layout);
 
   diloco::Batch batch;
   batch.B = B;
   batch.T = T;
   batch.tokens.resize(static_cast<std::size_t>(B) * (T + 1));
   diloco::Rng rng(99);
-  for (auto& t : batch.tokens) t = static_cast<std::uint8_t>(rng.below(cfg.vocab));
+  for (auto& t : batch.tokens) t = static_cast<std::uint32_t>(rng.below(cfg.vocab));
 
-  auto step = [&] {
-    const float loss = model->loss_and_grad(params, batch, grads);
-    opt.step(params, grads);
-    return loss;
-  };
-  float loss = 0;
-  for (int s = 0; s < o.warmup; ++s) loss = step();
-  const auto t0 = clock_type::now();
-  for (int s = 0; s < o.steps; ++s) loss = step();
-  const double elapsed = seconds_since(t0);
-  const double tokens_per_s = static_cast<double>(B) * T * o.steps / elapsed;
+  const auto [tokens_per_s, loss] = train_tokens_per_s(*model, batch, o);
+  const double elapsed = static_cast<double>(B) * T * o.steps / tokens_per_s;
   const double flops_per_token = model->flops_per_token(T);
   const double model_gflops = tokens_per_s * flops_per_token / 1e9;
 
   const double peak = sgemm_gflops(1024);
 
-  std::string torch_note;
-  std::optional<double> torch;
+  std::string torch_note, ts_note = "not built (no libtorch)";
+  std::optional<double> torch, ts;
   if (o.torch) torch = torch_tokens_per_s(o, torch_note);
   else torch_note = "skipped (--no-torch)";
-
+#ifdef DILOCO_HAS_TORCH
+  if (o.torch) ts = torchscript_tokens_per_s(o, batch, ts_note);
+  else ts_note = "skipped (--no-torch)";
+#endif
   std::printf("byte GPT  C=%d L=%d NH=%d T=%d  batch=%d  params=%zu  steps=%d (+%d warm-up)\n",
               cfg.n_embd, cfg.n_layer, cfg.n_head, T, B, layout.size(), o.steps, o.warmup);
   std::printf("  %-34s %12.0f\n", "C++ tokens/s (1 thread)", tokens_per_s);
@@ -218,6 +258,12 @@ int main(int argc, char** argv) try {
   } else {
     std::printf("  PyTorch: %s\n", torch_note.c_str());
   }
+  if (ts) {
+    std::printf("  %-34s %12.0f\n", "TorchScript chip tokens/s (1 thread)", *ts);
+    if (torch) std::printf("  %-34s %12.2fx\n", "TorchScript chip / PyTorch", *ts / *torch);
+  } else {
+    std::printf("  TorchScript chip: %s\n", ts_note.c_str());
+  }
 
   std::printf("{\"benchmark\":\"step_throughput\",\"tokens_per_s\":%.1f,", tokens_per_s);
   if (torch)
@@ -225,6 +271,8 @@ int main(int argc, char** argv) try {
   else
     std::printf("\"torch_tokens_per_s\":null,\"ratio\":null,\"torch_note\":\"%s\",",
                 json_escape(torch_note).c_str());
+  if (ts) std::printf("\"torchscript_tokens_per_s\":%.1f,", *ts);
+  else std::printf("\"torchscript_tokens_per_s\":null,");
   std::printf("\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"peak_fraction\":%.4f,"
               "\"flops_per_token\":%.0f,\"config\":{\"n_embd\":%d,\"n_layer\":%d,\"n_head\":%d,"
               "\"seq_len\":%d,\"batch\":%d,\"steps\":%d,\"threads\":1}}\n",

@@ -7,9 +7,10 @@ set -euo pipefail
 packages=(cmake g++ make ninja-build pkg-config
           libcaf-dev libeigen3-dev capnproto libcapnp-dev libssl-dev openssl
           libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
-          nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece)
+          nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece
+          libtorch-dev python3-torch)  # TorchScript chips (diloco::torch) and the modules its tests export
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch libopenblas0-pthread gnuplot-nox)
+  packages+=(libopenblas0-pthread gnuplot-nox)
 fi
 
 # `--fuzz`: clang and its libFuzzer/sanitizer runtimes (tests/fuzz/README.md).

@@ -74,6 +74,10 @@ std::vector<Field> fields(RunConfig& c) {
       {"model", "context", &c.model.context, "mlp: bytes of context per prediction"},
       {"model", "hidden", &c.model.hidden, "mlp: hidden units"},
       {"model", "init_std", &c.model.init_std, "standard deviation of the initial weights"},
+      {"model", "path", &c.model.path,
+       "torchscript: the .pt file (torch.jit.script(m).save(path)) whose forward(inputs, targets) returns the mean loss"},
+      {"model", "device", &c.model.device,
+       "torchscript: \"cpu\"; \"cuda:N\" only where libtorch was built with CUDA (only the CPU path is tested)"},
       {"model", "options", &c.model.options,
        "settings of an app's registered model, passed to its factory as text, e.g. { classes = 10 } (the built-in "
        "kinds take none)"},
@@ -434,6 +438,10 @@ std::vector<std::string> validate(const ModelConfig& m) {
   std::vector<std::string> e;
   const auto kind_problems = validate_model_kind(m);
   e.insert(e.end(), kind_problems.begin(), kind_problems.end());
+  if (m.kind != "torchscript" && !m.path.empty())
+    e.push_back("model.path: only model.kind = \"torchscript\" reads a model file (kind is \"" + m.kind + "\")");
+  if (m.kind != "torchscript" && m.device != "cpu")
+    e.push_back("model.device: only model.kind = \"torchscript\" runs on a device (kind is \"" + m.kind + "\")");
   if (m.vocab < 2 || m.vocab > kMaxVocab)
     e.push_back("model.vocab: must be in [2, " + std::to_string(kMaxVocab) + "] (got " + std::to_string(m.vocab) + ")");
   if (m.seq_len < 1 || m.seq_len > 4096) e.push_back("model.seq_len: must be in [1, 4096] (got " + std::to_string(m.seq_len) + ")");

@@ -123,7 +123,10 @@ std::vector<std::string> validate_model_kind(const ModelConfig& cfg) {
     std::lock_guard lock(r.mu);
     auto it = r.kinds.find(cfg.kind);
     if (it == r.kinds.end())
-      return {"model.kind: unknown model \"" + cfg.kind + "\" (registered: " + kinds_list(r) + ")"};
+      return {"model.kind: unknown model \"" + cfg.kind + "\" (registered: " + kinds_list(r) + ")" +
+              (cfg.kind == "torchscript" ? "; this program was built without the TorchScript backend (diloco::torch, "
+                                           "built when libtorch-dev is installed)"
+                                         : "")};
     check = it->second.validate;
   }
   return check ? check(cfg) : std::vector<std::string>{};

@@ -37,6 +37,9 @@ struct ModelConfig {
   int context = 3;
   int hidden = 256;
   float init_std = 0.02f;
+  // torchscript only (diloco::torch, torchscript.hpp): the module file and where it runs.
+  std::string path;
+  std::string device = "cpu";
   // [model.options]: settings of a registered model kind that the built-in keys do not cover,
   // as written in the TOML file (strings without their quotes, numbers and booleans as typed).
   // The kind's factory reads them; its `validate` names the unknown or bad ones. The built-in

@@ -1,0 +1,14 @@
+// Chips that run PyTorch models: model.kind = "torchscript" loads a TorchScript module
+// (torch.jit.script(m).save(path)) whose forward(inputs, targets) returns the mean loss. Its named
+// parameters become the model's layout, bound as views over the island's flat parameter buffer,
+// so fragments, codecs, merges and checkpoints work unchanged. Built as its own target
+// (diloco::torch, when libtorch is found); no torch header is reached through this one.
+#pragma once
+
+namespace diloco {
+
+/// Registers "torchscript" with the model registry (model_registry.hpp). Call once before the
+/// configuration is loaded; calling it again does nothing.
+void register_torchscript();
+
+}  // namespace diloco
