@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "diloco/memory.hpp"
 
 #include "decoupled_run.hpp"
+#include "flagship_toml.hpp"
 #include "report.hpp"
 #include "simulate_cmd.hpp"
 #include "site_run.hpp"
@@ -40,17 +42,19 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
   }
-  diloco::RunConfig cfg = path.empty() ? diloco::parse_config("", overrides, "defaults", memory_limit)
+  // Without a CONFIG: the flagship job (configs/flagship.toml, compiled in).
+  diloco::RunConfig cfg = path.empty() ? diloco::parse_config(kFlagshipToml, overrides, "flagship", memory_limit)
                                        : diloco::load_config(path, overrides, memory_limit);
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
-  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors) return run_decoupled(cfg, metrics, path, initial, save);
+  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors)
+    return run_decoupled(cfg, metrics, path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path, initial, save);
   if (cfg.chaos.enabled || !cfg.faults.empty() || cfg.wan.enabled || !cfg.sites.empty())
     spdlog::warn("the reference loop ignores [chaos], [[faults]], [wan] and [[sites]]: add --actors to run {} on the "
                  "actor runtime with them", diloco::name_of(cfg.train.mode));
   JsonLines jsonl;
   if (!metrics.empty()) jsonl.open(metrics);
   const auto corpus_line = diloco::Corpus::make(cfg.data, cfg.model.vocab).describe();
-  spdlog::info("config: {}", path.empty() ? "built-in defaults" : path);
+  spdlog::info("config: {}", path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path);
   spdlog::info("data: {}", corpus_line);
   spdlog::info("mode {}: {} islands x {} steps, batch {}x{}, H={}, model {} L={} C={}", diloco::name_of(cfg.train.mode),
                cfg.train.islands, cfg.train.steps, cfg.train.batch, cfg.model.seq_len, cfg.train.H,
@@ -99,6 +103,8 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
 
 int main(int argc, char** argv) {
   diloco::keep_large_buffers_in_heap();
+  // Logs go to stderr, so that stdout holds only what a command reports (the round table).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("diloco"));
   CLI::App app{"diloco: fault-tolerant, low-communication distributed training"};
   app.require_subcommand(1);
 
@@ -106,7 +112,7 @@ int main(int argc, char** argv) {
   std::string path, metrics;
   std::vector<std::string> overrides;
   std::optional<std::uint64_t> seed;
-  run_cmd->add_option("config", path, "TOML configuration (built-in defaults when omitted)")->check(CLI::ExistingFile);
+  run_cmd->add_option("config", path, "TOML configuration (the built-in flagship job, configs/flagship.toml, when omitted)")->check(CLI::ExistingFile);
   run_cmd->add_option("--set", overrides, "override a key, e.g. --set train.H=10 (repeatable)");
   run_cmd->add_option("--metrics", metrics, "write one JSON object per round to this file");
   run_cmd->add_option("--seed", seed, "seed for both the model initialisation and the data");

@@ -1,6 +1,7 @@
 // The report writer (report.hpp).
 #include "report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -125,18 +126,42 @@ std::vector<std::pair<double, std::string>> FaultTimeline::faults() const {
 // ---- the round table ----
 
 void RoundTable::header() const {
-  std::printf("%6s %11s %10s %9s %8s %6s %7s %12s %8s\n", "round", "train_loss", "eval_loss", "tok/s", "islands", "chips",
-              "quorum", "MB_on_wire", "goodput");
+  std::printf("%6s %11s %10s %9s %8s %6s %7s %12s %8s  %-19s %6s\n", "round", "train_loss", "eval_loss", "tok/s", "islands",
+              "chips", "quorum", "MB_on_wire", "goodput", "progress", "eta");
   std::fflush(stdout);
+}
+
+double run_progress(const diloco::actors::Runtime& rt) {
+  if (rt.budget.kind == diloco::Budget::total_tokens)
+    return rt.budget.tokens ? std::min(1.0, static_cast<double>(rt.tally().tokens) / static_cast<double>(rt.budget.tokens))
+                            : 1.0;
+  if (rt.budget.steps <= 0 || rt.islands.empty()) return 1.0;
+  double sum = 0.0;
+  for (const auto& r : rt.islands) sum += static_cast<double>(std::min(r.step.load(), rt.budget.steps));
+  return sum / (static_cast<double>(rt.budget.steps) * static_cast<double>(rt.islands.size()));
+}
+
+/// "[#####.......]  42%" and the time left at the pace so far ("1:05"; "-" before any progress).
+static std::pair<std::string, std::string> progress_bar(double fraction, double seconds) {
+  constexpr int width = 12;
+  const int filled = static_cast<int>(std::lround(fraction * width));
+  std::string bar = "[" + std::string(static_cast<std::size_t>(filled), '#') +
+                    std::string(static_cast<std::size_t>(width - filled), '.') + "]";
+  bar += fmt::format(" {:3.0f}%", 100.0 * fraction);
+  if (!(fraction > 0.0)) return {bar, "-"};
+  const long left = std::lround(seconds * (1.0 - fraction) / fraction);
+  return {bar, fmt::format("{}:{:02d}", left / 60, left % 60)};
 }
 
 void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, double now, double seconds) const {
   const auto t = rt_.tally();
   const auto gp = rt_.goodput_report(now);
   const int quorum = rt_.synchronous() ? rt_.cfg.train.islands : rt_.cfg.quorum.min_islands;
-  std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%\n", static_cast<unsigned long long>(round), train_loss,
-              eval_loss, t.tokens / std::max(seconds, 1e-9), t.live_islands, t.live_chips, quorum, t.bytes_sent / 1e6,
-              100.0 * gp.goodput);
+  const double done = run_progress(rt_);
+  const auto [bar, eta] = progress_bar(done, seconds);
+  std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%  %-19s %6s\n", static_cast<unsigned long long>(round),
+              train_loss, eval_loss, t.tokens / std::max(seconds, 1e-9), t.live_islands, t.live_chips, quorum,
+              t.bytes_sent / 1e6, 100.0 * gp.goodput, bar.c_str(), eta.c_str());
   std::fflush(stdout);
   jsonl_.write(Json{{"round", round},
                     {"train_loss", train_loss},
@@ -148,6 +173,8 @@ void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, d
                     {"provisioned_chip_s", gp.provisioned_chip_s},
                     {"downtime_s", gp.global_downtime_s},
                     {"live_islands", t.live_islands},
+                    {"live_chips", t.live_chips},
+                    {"progress", done},
                     {"seconds", seconds}});
 }
 

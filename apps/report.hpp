@@ -97,6 +97,10 @@ private:
   JsonLines& jsonl_;
 };
 
+/// Share of the run's budget trained so far, in [0, 1] (train.budget: every island's steps, or
+/// the islands' tokens together).
+double run_progress(const diloco::actors::Runtime& rt);
+
 /// The figures of a finished run that are not in its ledger.
 struct RunEnd {
   std::uint64_t rounds = 0;
