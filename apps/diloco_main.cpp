@@ -37,7 +37,7 @@ std::uint64_t physical_memory() {
 
 int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
         std::optional<std::uint64_t> seed, std::uint64_t memory_limit, bool on_actors = false,
-        const std::string& init = {}, const std::string& save = {}) {
+        const std::string& init = {}, const std::string& save = {}, const std::string& http = {}) {
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
@@ -47,7 +47,11 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
                                        : diloco::load_config(path, overrides, memory_limit);
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
   if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors)
-    return run_decoupled(cfg, metrics, path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path, initial, save);
+    return run_decoupled(cfg, metrics, path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path, initial, save,
+                         http);
+  if (!http.empty())
+    throw std::invalid_argument("--http: the reference loop of mode " + std::string(diloco::name_of(cfg.train.mode)) +
+                                " has no actors to watch; add --actors to run it on the actor runtime");
   if (cfg.chaos.enabled || !cfg.faults.empty() || cfg.wan.enabled || !cfg.sites.empty())
     spdlog::warn("the reference loop ignores [chaos], [[faults]], [wan] and [[sites]]: add --actors to run {} on the "
                  "actor runtime with them", diloco::name_of(cfg.train.mode));
@@ -120,6 +124,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--init", init_path, "start from the parameters in this checkpoint (one written by --save)")
       ->check(CLI::ExistingFile);
   run_cmd->add_option("--save", save_path, "write the final global parameters to this checkpoint (safetensors)");
+  std::string http;
+  run_cmd->add_option("--http", http,
+                      "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: "
+                      "loopback; actor modes)");
   bool on_actors = false;
   run_cmd->add_flag("--actors", on_actors,
                     "run ddp / diloco / streaming on the actor runtime (synchronous, with faults, chaos and WAN links) "
@@ -154,6 +162,8 @@ int main(int argc, char** argv) {
     c->add_option("--certs", net.certs, "directory from scripts/make-certs.sh (default: net.certs)");
     c->add_flag("--insecure", net.insecure, "no TLS and no identity check (prints a warning; trusted networks only)");
     c->add_option("--set", net_overrides, "override a key, e.g. --set train.steps=100 (repeatable)");
+    c->add_option("--http", net.http,
+                  "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: loopback)");
   }
   syncer_cmd->add_option("--listen", net.endpoint, "HOST:PORT to listen on (default: net.listen, loopback; port 0: any)");
   syncer_cmd->add_option("--state", net.state, "directory of the syncer's checkpoint when syncer.checkpoint is \"\"")
@@ -207,7 +217,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path);
+    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

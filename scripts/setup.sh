@@ -7,7 +7,9 @@ set -euo pipefail
 packages=(cmake g++ make ninja-build pkg-config
           libcaf-dev libeigen3-dev capnproto libcapnp-dev libssl-dev openssl
           libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
-          nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece)
+          nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece
+          libcivetweb-dev chromium)
+# libcivetweb-dev serves --http; chromium renders the status page in its test.
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch libopenblas0-pthread gnuplot-nox)
 fi
