@@ -21,6 +21,7 @@
 #include "decoupled_run.hpp"
 #include "flagship_toml.hpp"
 #include "report.hpp"
+#include "plot_cmd.hpp"
 #include "simulate_cmd.hpp"
 #include "site_run.hpp"
 #include "tokenize_cmd.hpp"
@@ -141,6 +142,7 @@ int main(int argc, char** argv) {
 
   auto sim_flags = simcmd::add_command(app);
   auto tokenize_flags = tokenizecmd::add_command(app);
+  auto plot_flags = plotcmd::add_command(app);
 
   auto* inspect_cmd = app.add_subcommand("inspect", "print what a wire frame (fragment, progress, join, heartbeat) or a checkpoint holds");
   std::vector<std::string> inspect_paths;
@@ -182,6 +184,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
     if (app.got_subcommand("tokenize")) return tokenizecmd::run(*tokenize_flags);
+    if (app.got_subcommand("plot")) return plotcmd::run(*plot_flags);
     if (app.got_subcommand("syncer")) return run_syncer_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("site")) return run_site_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("demo")) return run_demo_supervision();
