@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -27,6 +28,38 @@
 #include "tokenize_cmd.hpp"
 
 namespace {
+
+/// Where logs go and how much of them: stderr by default (stdout holds only the reports).
+struct LogFlags {
+  std::string file;
+  std::string level = "info";
+  bool quiet = false;
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--log", file, "write the log to this file instead of stderr");
+    cmd->add_option("--log-level", level, "trace, debug, info, warn, error or off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+        ->capture_default_str();
+    cmd->add_flag("--quiet", quiet, "log only warnings and errors, and leave the per-round rows out of stdout");
+  }
+  /// Applies the flags; throws std::runtime_error naming --log when the file cannot be opened.
+  void apply() const {
+    if (!file.empty()) {
+      std::shared_ptr<spdlog::logger> logger;
+      try {
+        logger = std::make_shared<spdlog::logger>("diloco", std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
+      } catch (const spdlog::spdlog_ex& e) {
+        throw std::runtime_error("--log " + file + ": " + e.what());
+      }
+      logger->flush_on(spdlog::level::info);
+      spdlog::set_default_logger(logger);
+    }
+    auto lvl = spdlog::level::from_str(level);
+    if (quiet && lvl < spdlog::level::warn) lvl = spdlog::level::warn;
+    spdlog::set_level(lvl);
+    set_quiet_rows(quiet);
+  }
+};
 
 
 /// The machine's physical memory: what `run` and `check` let a configuration plan for.
@@ -64,11 +97,13 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   spdlog::info("mode {}: {} islands x {} steps, batch {}x{}, H={}, model {} L={} C={}", diloco::name_of(cfg.train.mode),
                cfg.train.islands, cfg.train.steps, cfg.train.batch, cfg.model.seq_len, cfg.train.H,
                cfg.model.kind, cfg.model.n_layer, cfg.model.n_embd);
-  std::printf("%6s %7s %11s %10s %12s %12s %9s\n", "round", "step", "train_loss", "eval_loss", "tokens",
-              "MB_on_wire", "tok/s");
+  if (!quiet_rows())
+    std::printf("%6s %7s %11s %10s %12s %12s %9s\n", "round", "step", "train_loss", "eval_loss", "tokens", "MB_on_wire",
+                "tok/s");
   std::fflush(stdout);
   auto summary = diloco::run_reference(cfg, [&](const diloco::RoundReport& r) {
-    std::printf("%6ld %7ld %11.4f %10.4f %12llu %12.2f %9.0f\n", r.round, r.step, r.train_loss, r.eval_loss,
+    if (!quiet_rows())
+      std::printf("%6ld %7ld %11.4f %10.4f %12llu %12.2f %9.0f\n", r.round, r.step, r.train_loss, r.eval_loss,
                 static_cast<unsigned long long>(r.tokens), r.bytes / 1e6, r.tokens / std::max(r.seconds, 1e-9));
     std::fflush(stdout);
     jsonl.write(Json{{"round", r.round},
@@ -114,6 +149,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   auto* run_cmd = app.add_subcommand("run", "train with the configuration's mode and report every round");
+  LogFlags log;
   std::string path, metrics;
   std::vector<std::string> overrides;
   std::optional<std::uint64_t> seed;
@@ -179,9 +215,12 @@ int main(int argc, char** argv) {
   site_cmd->add_option("--max-attempts", net.max_attempts, "give up after this many failed attempts in a row (0: never)")
       ->capture_default_str();
 
+  for (auto* c : {run_cmd, syncer_cmd, site_cmd, demo_cmd}) log.add_to(c);
+
   CLI11_PARSE(app, argc, argv);
   const std::uint64_t memory = physical_memory();  // the bound of every size a configuration implies
   try {
+    log.apply();
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
     if (app.got_subcommand("tokenize")) return tokenizecmd::run(*tokenize_flags);
     if (app.got_subcommand("plot")) return plotcmd::run(*plot_flags);

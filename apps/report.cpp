@@ -15,6 +15,13 @@
 using diloco::Event;
 using diloco::FaultKind;
 
+namespace {
+bool quiet_ = false;
+}  // namespace
+
+void set_quiet_rows(bool quiet) { quiet_ = quiet; }
+bool quiet_rows() { return quiet_; }
+
 void Timeline::line(const std::string& s) {
   std::lock_guard lk(mu_);
   std::printf("%8.2fs  %s\n", since(), s.c_str());
@@ -126,6 +133,7 @@ std::vector<std::pair<double, std::string>> FaultTimeline::faults() const {
 // ---- the round table ----
 
 void RoundTable::header() const {
+  if (quiet_) return;
   std::printf("%6s %11s %10s %9s %8s %6s %7s %12s %8s  %-19s %6s\n", "round", "train_loss", "eval_loss", "tok/s", "islands",
               "chips", "quorum", "MB_on_wire", "goodput", "progress", "eta");
   std::fflush(stdout);
@@ -159,9 +167,10 @@ void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, d
   const int quorum = rt_.synchronous() ? rt_.cfg.train.islands : rt_.cfg.quorum.min_islands;
   const double done = run_progress(rt_);
   const auto [bar, eta] = progress_bar(done, seconds);
-  std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%  %-19s %6s\n", static_cast<unsigned long long>(round),
-              train_loss, eval_loss, t.tokens / std::max(seconds, 1e-9), t.live_islands, t.live_chips, quorum,
-              t.bytes_sent / 1e6, 100.0 * gp.goodput, bar.c_str(), eta.c_str());
+  if (!quiet_)
+    std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%  %-19s %6s\n", static_cast<unsigned long long>(round),
+                train_loss, eval_loss, t.tokens / std::max(seconds, 1e-9), t.live_islands, t.live_chips, quorum,
+                t.bytes_sent / 1e6, 100.0 * gp.goodput, bar.c_str(), eta.c_str());
   std::fflush(stdout);
   jsonl_.write(Json{{"round", round},
                     {"train_loss", train_loss},
@@ -179,6 +188,13 @@ void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, d
 }
 
 // ---- the summary ----
+
+std::size_t faults_scheduled(const diloco::actors::Runtime& rt) {
+  // The schedule holds [chaos] events and the time-triggered [[faults]]; the step-triggered
+  // ones fire from the islands.
+  return rt.schedule.size() + static_cast<std::size_t>(std::count_if(
+                                  rt.cfg.faults.begin(), rt.cfg.faults.end(), [](const auto& f) { return f.at_s < 0.0; }));
+}
 
 void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const FaultTimeline& timeline, JsonLines& jsonl) {
   const auto& cfg = rt.cfg;
@@ -221,7 +237,8 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"useful_chip_s", gp.useful_chip_s},
                      {"provisioned_chip_s", gp.provisioned_chip_s},
                      {"downtime_s", gp.global_downtime_s},
-                     {"faults", rt.schedule.size()},
+                     {"faults", timeline.faults().size()},
+                     {"faults_scheduled", faults_scheduled(rt)},
                      {"schedule_hash", fmt::format("{:016x}", diloco::schedule_hash(rt.schedule))},
                      {"rounds", end.rounds},
                      {"commits", t.commits},
@@ -253,6 +270,13 @@ void log_start(const diloco::actors::Runtime& rt, const std::string& config_labe
                                           : fmt::format("[{}]", fmt::join(cfg.islands.counts, ",")),
                speeds, cfg.train.steps, cfg.train.H, rt.P(), rt.synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
                name_of(cfg.quorum.grace), cfg.fragments.encoding, threads);
+  // A fault triggered by a step the budget never reaches would silently not happen.
+  for (std::size_t k = 0; k < cfg.faults.size(); ++k) {
+    const auto& f = cfg.faults[k];
+    if (f.at_s < 0.0 && cfg.train.budget == diloco::Budget::island_steps && f.at_step > cfg.train.steps)
+      spdlog::warn("faults[{}] (kill {} at island {} step {}) cannot fire: island {} trains only train.steps = {} steps",
+                   k, name_of(f.kill), f.island, f.at_step, f.island, cfg.train.steps);
+  }
   if (rt.schedule.empty()) return;
   spdlog::info("fault schedule: {} events (hash {:016x}){}", rt.schedule.size(), diloco::schedule_hash(rt.schedule),
                cfg.chaos.enabled ? fmt::format(", chaos seed {}", cfg.chaos.seed) : std::string());
