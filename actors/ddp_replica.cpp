@@ -160,7 +160,8 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   auto msg = decode_message(detail::bytes_of(w));
   if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
     detail::refuse(self, rt, rt.islands[static_cast<std::size_t>(i)].refused, "island " + std::to_string(i) + ": welcome: " +
-                                 (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
+                                 (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
+                                 msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
     return false;
   }
   st.member.join_inflight = false;
@@ -179,7 +180,8 @@ bool take_params(Self self, const WireFrame& w) {
   auto msg = decode_message(detail::bytes_of(w));
   if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) {
     detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused, "island " + std::to_string(st.island) + ": parameters: " +
-                                     (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
+                                     (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
+                                 msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
     return false;
   }
   auto& fm = std::get<FragmentMessage>(*msg);

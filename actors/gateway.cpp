@@ -59,7 +59,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
   // Counted and reported as the syncer's own refusals are (the app prints rejected events).
   auto refuse = [self, rt, name, site](const std::string& why) {
     ++rt->gateway.relay_refused[static_cast<std::size_t>(site)];
-    rt->emit(Event::refused(detail::now_s(self), "site " + name + "'s session: " + why));
+    rt->emit(Event::refused(detail::now_s(self), "site " + name + "'s session: " + why, "relay"));
   };
   // The island a frame speaks for, if its sender is the site's process and the island is the site's.
   auto admit = [self, mine, peer, name, refuse](const WireFrame& w, MessageType want) -> int {
@@ -164,7 +164,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   detail::guard(self, "gateway");
   auto refuse = [self, rt](const std::string& why) {
     ++rt->gateway.refused;
-    rt->emit(Event::refused(detail::now_s(self), why));
+    rt->emit(Event::refused(detail::now_s(self), why, "session"));
     return caf::make_error(caf::sec::request_receiver_down, why);
   };
   // A relay ends with its session (connection closed, heartbeat lost, syncer restarted): the

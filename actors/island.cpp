@@ -208,7 +208,8 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   auto msg = decode_message(detail::bytes_of(w));
   if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
     detail::refuse(self, rt, rt.islands[static_cast<std::size_t>(i)].refused, "island " + std::to_string(i) + ": welcome: " +
-                                 (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()));
+                                 (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
+                                 msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
     return false;
   }
   st.member.join_inflight = false;
@@ -228,7 +229,7 @@ bool take_broadcast(Self self, const WireFrame& w, bool after_next_step) {
   auto& st = self->state;
   auto got = st.core->adopt_frame(detail::bytes_of(w));
   if (!got && got.error().code == errc::missed_round) ask_to_join(self, after_next_step);  // missed a delta: heal
-  else if (!got) detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused, "island " + std::to_string(st.island) + ": broadcast: " + got.error().message());
+  else if (!got) detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused, "island " + std::to_string(st.island) + ": broadcast: " + got.error().message(), std::string(to_string(got.error().code)));
   return got.has_value();
 }
 

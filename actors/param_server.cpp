@@ -114,7 +114,7 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
         auto got = self->state.ddp->receive(detail::bytes_of(w));
         if (!got) {
           ++rt->syncer.refused;
-          rt->emit(Event::refused(detail::now_s(self), got.error().message()));
+          rt->emit(Event::refused(detail::now_s(self), got.error().message(), std::string(to_string(got.error().code))));
           return;
         }
         poll(self, *rt);

@@ -124,7 +124,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
                                       : GoodputFact::dropped_of(key.first, key.second));
     }
     detail::tell_meter(rt, GoodputFact::committed_at(now - rt.t0.load()));
-    rt.emit(Event::committed(now, c.round, c.fragment, c.merged, c.islands));
+    rt.emit(Event::committed(now, c.round, c.fragment, c.merged, c.islands, c.staleness));
   }
   if (!commits.empty()) {
     // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery.
@@ -265,7 +265,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
               detail::tell_meter(*rt, GoodputFact::dropped_of(h.island, static_cast<int>(h.index)));
             }
           rt->emit(stale ? Event::dropped_late(detail::now_s(self), got.error().message())
-                         : Event::refused(detail::now_s(self), got.error().message()));
+                         : Event::refused(detail::now_s(self), got.error().message(), std::string(to_string(got.error().code))));
           return;
         }
         ++self->state.accepted[{got->island, static_cast<int>(got->index)}];

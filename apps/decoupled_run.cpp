@@ -1,12 +1,14 @@
 // `diloco run` in decoupled mode: spawns the supervision tree of chips, islands and the syncer
 // (diloco::actors), prints one line per global round and a summary with the fault timeline.
 #include "decoupled_run.hpp"
+#include "metrics.hpp"
 #include "report.hpp"
 #include "watch.hpp"
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include <caf/actor_system.hpp>
@@ -51,13 +53,20 @@ void save_params(const diloco::RunConfig& cfg, const std::string& path, std::spa
 }
 
 int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label,
-                  const std::vector<float>& initial, const std::string& save) {
+                  const std::vector<float>& initial, const std::string& save, const std::string& http) {
   using namespace diloco;
   using namespace diloco::actors;
+  const auto http_at = http.empty() ? std::optional<HttpAddress>() : HttpAddress::parse(http);
   JsonLines jsonl;
   if (!metrics.empty()) jsonl.open(metrics);
   auto timeline = std::make_shared<FaultTimeline>(cfg.islands);
-  auto rt = std::make_shared<Runtime>(cfg, [timeline](const Event& e) { timeline->on(e); });
+  // --http: the monitor hears the events too; set before the tree is spawned, kept alive by the
+  // runtime's event callback as long as an actor may emit.
+  auto monitor = std::make_shared<std::shared_ptr<Monitor>>();
+  auto rt = std::make_shared<Runtime>(cfg, [timeline, monitor](const Event& e) {
+    timeline->on(e);
+    if (*monitor) (*monitor)->on(e);
+  });
   if (!initial.empty()) {
     if (initial.size() != rt->initial.size()) throw std::runtime_error("--init: the checkpoint is for another model");
     rt->initial = initial;
@@ -72,10 +81,20 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   caf::actor_system_config sc;
   configure_runtime_system(sc, static_cast<std::size_t>(cores));
   caf::actor_system sys(sc);
+  auto actor_now = [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
+  std::unique_ptr<HttpServer> server;  // stops serving before the actor system goes
+  EventSink sink;
+  if (http_at) {
+    std::vector<int> all(static_cast<std::size_t>(cfg.train.islands));
+    for (int i = 0; i < cfg.train.islands; ++i) all[static_cast<std::size_t>(i)] = i;
+    *monitor = std::make_shared<Monitor>(*rt, "run", all, actor_now);
+    server = std::make_unique<HttpServer>(*http_at, **monitor);
+    spdlog::info("status page and metrics: {} (/metrics, /status.json)", server->url());
+    sink = [m = *monitor](const SupervisionEvent& e) { m->on(e); };
+  }
   const auto start = Clock::now();
   timeline->restart_clock();  // timeline, fault marks and progress lines share one origin
-  auto root = spawn_runtime(sys, rt);
-  auto actor_now = [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
+  auto root = spawn_runtime(sys, rt, sink);
   auto seconds = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   // If the tree gives up (restart intensity exceeded at the root), stop waiting for islands.
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
@@ -100,9 +119,12 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   rules.on_end = [&] { finished_at = actor_now(); };  // chips are provisioned until the last island is done
   const auto end = watch(rules, [&] {
     for (const auto& [round, global] : rt->syncer.take_new_rounds()) {
-      table.row(round, timeline->take_train_loss(), evaluate(*model, global, round_eval), actor_now(), seconds());
+      const double train_loss = timeline->take_train_loss(), eval_loss = evaluate(*model, global, round_eval);
+      table.row(round, train_loss, eval_loss, actor_now(), seconds());
+      if (*monitor) (*monitor)->on_round(round, train_loss, eval_loss);
       printed = round;
     }
+    if (*monitor) (*monitor)->sample();
   });
   switch (end.how) {
     case WatchEnd::How::tree_failed:

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -21,7 +23,9 @@
 #include "diloco/memory.hpp"
 
 #include "decoupled_run.hpp"
+#include "flagship_toml.hpp"
 #include "report.hpp"
+#include "plot_cmd.hpp"
 #include "simulate_cmd.hpp"
 #include "site_run.hpp"
 #ifdef DILOCO_HAS_TORCH
@@ -29,6 +33,38 @@
 #endif
 
 namespace {
+
+/// Where logs go and how much of them: stderr by default (stdout holds only the reports).
+struct LogFlags {
+  std::string file;
+  std::string level = "info";
+  bool quiet = false;
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--log", file, "write the log to this file instead of stderr");
+    cmd->add_option("--log-level", level, "trace, debug, info, warn, error or off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+        ->capture_default_str();
+    cmd->add_flag("--quiet", quiet, "log only warnings and errors, and leave the per-round rows out of stdout");
+  }
+  /// Applies the flags; throws std::runtime_error naming --log when the file cannot be opened.
+  void apply() const {
+    if (!file.empty()) {
+      std::shared_ptr<spdlog::logger> logger;
+      try {
+        logger = std::make_shared<spdlog::logger>("diloco", std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
+      } catch (const spdlog::spdlog_ex& e) {
+        throw std::runtime_error("--log " + file + ": " + e.what());
+      }
+      logger->flush_on(spdlog::level::info);
+      spdlog::set_default_logger(logger);
+    }
+    auto lvl = spdlog::level::from_str(level);
+    if (quiet && lvl < spdlog::level::warn) lvl = spdlog::level::warn;
+    spdlog::set_level(lvl);
+    set_quiet_rows(quiet);
+  }
+};
 
 
 /// The machine's physical memory: what `run` and `check` let a configuration plan for.
@@ -40,31 +76,39 @@ std::uint64_t physical_memory() {
 
 int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
         std::optional<std::uint64_t> seed, std::uint64_t memory_limit, bool on_actors = false,
-        const std::string& init = {}, const std::string& save = {}) {
+        const std::string& init = {}, const std::string& save = {}, const std::string& http = {}) {
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
   }
-  diloco::RunConfig cfg = path.empty() ? diloco::parse_config("", overrides, "defaults", memory_limit)
+  // Without a CONFIG: the flagship job (configs/flagship.toml, compiled in).
+  diloco::RunConfig cfg = path.empty() ? diloco::parse_config(kFlagshipToml, overrides, "flagship", memory_limit)
                                        : diloco::load_config(path, overrides, memory_limit);
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
-  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors) return run_decoupled(cfg, metrics, path, initial, save);
+  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors)
+    return run_decoupled(cfg, metrics, path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path, initial, save,
+                         http);
+  if (!http.empty())
+    throw std::invalid_argument("--http: the reference loop of mode " + std::string(diloco::name_of(cfg.train.mode)) +
+                                " has no actors to watch; add --actors to run it on the actor runtime");
   if (cfg.chaos.enabled || !cfg.faults.empty() || cfg.wan.enabled || !cfg.sites.empty())
     spdlog::warn("the reference loop ignores [chaos], [[faults]], [wan] and [[sites]]: add --actors to run {} on the "
                  "actor runtime with them", diloco::name_of(cfg.train.mode));
   JsonLines jsonl;
   if (!metrics.empty()) jsonl.open(metrics);
   const auto corpus_line = diloco::Corpus::make(cfg.data, cfg.model.vocab).describe();
-  spdlog::info("config: {}", path.empty() ? "built-in defaults" : path);
+  spdlog::info("config: {}", path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path);
   spdlog::info("data: {}", corpus_line);
   spdlog::info("mode {}: {} islands x {} steps, batch {}x{}, H={}, model {} L={} C={}", diloco::name_of(cfg.train.mode),
                cfg.train.islands, cfg.train.steps, cfg.train.batch, cfg.model.seq_len, cfg.train.H,
                cfg.model.kind, cfg.model.n_layer, cfg.model.n_embd);
-  std::printf("%6s %7s %11s %10s %12s %12s %9s\n", "round", "step", "train_loss", "eval_loss", "tokens",
-              "MB_on_wire", "tok/s");
+  if (!quiet_rows())
+    std::printf("%6s %7s %11s %10s %12s %12s %9s\n", "round", "step", "train_loss", "eval_loss", "tokens", "MB_on_wire",
+                "tok/s");
   std::fflush(stdout);
   auto summary = diloco::run_reference(cfg, [&](const diloco::RoundReport& r) {
-    std::printf("%6ld %7ld %11.4f %10.4f %12llu %12.2f %9.0f\n", r.round, r.step, r.train_loss, r.eval_loss,
+    if (!quiet_rows())
+      std::printf("%6ld %7ld %11.4f %10.4f %12llu %12.2f %9.0f\n", r.round, r.step, r.train_loss, r.eval_loss,
                 static_cast<unsigned long long>(r.tokens), r.bytes / 1e6, r.tokens / std::max(r.seconds, 1e-9));
     std::fflush(stdout);
     jsonl.write(Json{{"round", r.round},
@@ -125,14 +169,17 @@ int main(int argc, char** argv) {
   diloco::register_torchscript();  // model.kind = "torchscript"
 #endif
   diloco::keep_large_buffers_in_heap();
+  // Logs go to stderr, so that stdout holds only what a command reports (the round table).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("diloco"));
   CLI::App app{"diloco: fault-tolerant, low-communication distributed training"};
   app.require_subcommand(1);
 
   auto* run_cmd = app.add_subcommand("run", "train with the configuration's mode and report every round");
+  LogFlags log;
   std::string path, metrics;
   std::vector<std::string> overrides;
   std::optional<std::uint64_t> seed;
-  run_cmd->add_option("config", path, "TOML configuration (built-in defaults when omitted)")->check(CLI::ExistingFile);
+  run_cmd->add_option("config", path, "TOML configuration (the built-in flagship job, configs/flagship.toml, when omitted)")->check(CLI::ExistingFile);
   run_cmd->add_option("--set", overrides, "override a key, e.g. --set train.H=10 (repeatable)");
   run_cmd->add_option("--metrics", metrics, "write one JSON object per round to this file");
   run_cmd->add_option("--seed", seed, "seed for both the model initialisation and the data");
@@ -140,6 +187,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--init", init_path, "start from the parameters in this checkpoint (one written by --save)")
       ->check(CLI::ExistingFile);
   run_cmd->add_option("--save", save_path, "write the final global parameters to this checkpoint (safetensors)");
+  std::string http;
+  run_cmd->add_option("--http", http,
+                      "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: "
+                      "loopback; actor modes)");
   bool on_actors = false;
   run_cmd->add_flag("--actors", on_actors,
                     "run ddp / diloco / streaming on the actor runtime (synchronous, with faults, chaos and WAN links) "
@@ -155,6 +206,7 @@ int main(int argc, char** argv) {
   app.add_subcommand("tokenize", "encode text files with a SentencePiece model into llm.c token shards "
                                  "(data.corpus = \"tokens\"); see diloco tokenize --help")
       ->allow_extras();
+  auto plot_flags = plotcmd::add_command(app);
 
   auto* inspect_cmd = app.add_subcommand("inspect", "print what a wire frame (fragment, progress, join, heartbeat) or a checkpoint holds");
   std::vector<std::string> inspect_paths;
@@ -176,6 +228,8 @@ int main(int argc, char** argv) {
     c->add_option("--certs", net.certs, "directory from scripts/make-certs.sh (default: net.certs)");
     c->add_flag("--insecure", net.insecure, "no TLS and no identity check (prints a warning; trusted networks only)");
     c->add_option("--set", net_overrides, "override a key, e.g. --set train.steps=100 (repeatable)");
+    c->add_option("--http", net.http,
+                  "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: loopback)");
   }
   syncer_cmd->add_option("--listen", net.endpoint, "HOST:PORT to listen on (default: net.listen, loopback; port 0: any)");
   syncer_cmd->add_option("--state", net.state, "directory of the syncer's checkpoint when syncer.checkpoint is \"\"")
@@ -189,10 +243,14 @@ int main(int argc, char** argv) {
   site_cmd->add_option("--max-attempts", net.max_attempts, "give up after this many failed attempts in a row (0: never)")
       ->capture_default_str();
 
+  for (auto* c : {run_cmd, syncer_cmd, site_cmd, demo_cmd}) log.add_to(c);
+
   CLI11_PARSE(app, argc, argv);
   const std::uint64_t memory = physical_memory();  // the bound of every size a configuration implies
   try {
+    log.apply();
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
+    if (app.got_subcommand("plot")) return plotcmd::run(*plot_flags);
     if (app.got_subcommand("syncer")) return run_syncer_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("site")) return run_site_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("demo")) return run_demo_supervision();
@@ -228,7 +286,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path);
+    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -1,6 +1,7 @@
 // The report writer (report.hpp).
 #include "report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -13,6 +14,13 @@
 
 using diloco::Event;
 using diloco::FaultKind;
+
+namespace {
+bool quiet_ = false;
+}  // namespace
+
+void set_quiet_rows(bool quiet) { quiet_ = quiet; }
+bool quiet_rows() { return quiet_; }
 
 void Timeline::line(const std::string& s) {
   std::lock_guard lk(mu_);
@@ -125,18 +133,44 @@ std::vector<std::pair<double, std::string>> FaultTimeline::faults() const {
 // ---- the round table ----
 
 void RoundTable::header() const {
-  std::printf("%6s %11s %10s %9s %8s %6s %7s %12s %8s\n", "round", "train_loss", "eval_loss", "tok/s", "islands", "chips",
-              "quorum", "MB_on_wire", "goodput");
+  if (quiet_) return;
+  std::printf("%6s %11s %10s %9s %8s %6s %7s %12s %8s  %-19s %6s\n", "round", "train_loss", "eval_loss", "tok/s", "islands",
+              "chips", "quorum", "MB_on_wire", "goodput", "progress", "eta");
   std::fflush(stdout);
+}
+
+double run_progress(const diloco::actors::Runtime& rt) {
+  if (rt.budget.kind == diloco::Budget::total_tokens)
+    return rt.budget.tokens ? std::min(1.0, static_cast<double>(rt.tally().tokens) / static_cast<double>(rt.budget.tokens))
+                            : 1.0;
+  if (rt.budget.steps <= 0 || rt.islands.empty()) return 1.0;
+  double sum = 0.0;
+  for (const auto& r : rt.islands) sum += static_cast<double>(std::min(r.step.load(), rt.budget.steps));
+  return sum / (static_cast<double>(rt.budget.steps) * static_cast<double>(rt.islands.size()));
+}
+
+/// "[#####.......]  42%" and the time left at the pace so far ("1:05"; "-" before any progress).
+static std::pair<std::string, std::string> progress_bar(double fraction, double seconds) {
+  constexpr int width = 12;
+  const int filled = static_cast<int>(std::lround(fraction * width));
+  std::string bar = "[" + std::string(static_cast<std::size_t>(filled), '#') +
+                    std::string(static_cast<std::size_t>(width - filled), '.') + "]";
+  bar += fmt::format(" {:3.0f}%", 100.0 * fraction);
+  if (!(fraction > 0.0)) return {bar, "-"};
+  const long left = std::lround(seconds * (1.0 - fraction) / fraction);
+  return {bar, fmt::format("{}:{:02d}", left / 60, left % 60)};
 }
 
 void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, double now, double seconds) const {
   const auto t = rt_.tally();
   const auto gp = rt_.goodput_report(now);
   const int quorum = rt_.synchronous() ? rt_.cfg.train.islands : rt_.cfg.quorum.min_islands;
-  std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%\n", static_cast<unsigned long long>(round), train_loss,
-              eval_loss, t.tokens / std::max(seconds, 1e-9), t.live_islands, t.live_chips, quorum, t.bytes_sent / 1e6,
-              100.0 * gp.goodput);
+  const double done = run_progress(rt_);
+  const auto [bar, eta] = progress_bar(done, seconds);
+  if (!quiet_)
+    std::printf("%6llu %11.4f %10.4f %9.0f %8d %6d %7d %12.3f %7.1f%%  %-19s %6s\n", static_cast<unsigned long long>(round),
+                train_loss, eval_loss, t.tokens / std::max(seconds, 1e-9), t.live_islands, t.live_chips, quorum,
+                t.bytes_sent / 1e6, 100.0 * gp.goodput, bar.c_str(), eta.c_str());
   std::fflush(stdout);
   jsonl_.write(Json{{"round", round},
                     {"train_loss", train_loss},
@@ -148,10 +182,19 @@ void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, d
                     {"provisioned_chip_s", gp.provisioned_chip_s},
                     {"downtime_s", gp.global_downtime_s},
                     {"live_islands", t.live_islands},
+                    {"live_chips", t.live_chips},
+                    {"progress", done},
                     {"seconds", seconds}});
 }
 
 // ---- the summary ----
+
+std::size_t faults_scheduled(const diloco::actors::Runtime& rt) {
+  // The schedule holds [chaos] events and the time-triggered [[faults]]; the step-triggered
+  // ones fire from the islands.
+  return rt.schedule.size() + static_cast<std::size_t>(std::count_if(
+                                  rt.cfg.faults.begin(), rt.cfg.faults.end(), [](const auto& f) { return f.at_s < 0.0; }));
+}
 
 void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const FaultTimeline& timeline, JsonLines& jsonl) {
   const auto& cfg = rt.cfg;
@@ -194,7 +237,8 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"useful_chip_s", gp.useful_chip_s},
                      {"provisioned_chip_s", gp.provisioned_chip_s},
                      {"downtime_s", gp.global_downtime_s},
-                     {"faults", rt.schedule.size()},
+                     {"faults", timeline.faults().size()},
+                     {"faults_scheduled", faults_scheduled(rt)},
                      {"schedule_hash", fmt::format("{:016x}", diloco::schedule_hash(rt.schedule))},
                      {"rounds", end.rounds},
                      {"commits", t.commits},
@@ -226,6 +270,13 @@ void log_start(const diloco::actors::Runtime& rt, const std::string& config_labe
                                           : fmt::format("[{}]", fmt::join(cfg.islands.counts, ",")),
                speeds, cfg.train.steps, cfg.train.H, rt.P(), rt.synchronous() ? cfg.train.islands : cfg.quorum.min_islands,
                name_of(cfg.quorum.grace), cfg.fragments.encoding, threads);
+  // A fault triggered by a step the budget never reaches would silently not happen.
+  for (std::size_t k = 0; k < cfg.faults.size(); ++k) {
+    const auto& f = cfg.faults[k];
+    if (f.at_s < 0.0 && cfg.train.budget == diloco::Budget::island_steps && f.at_step > cfg.train.steps)
+      spdlog::warn("faults[{}] (kill {} at island {} step {}) cannot fire: island {} trains only train.steps = {} steps",
+                   k, name_of(f.kill), f.island, f.at_step, f.island, cfg.train.steps);
+  }
   if (rt.schedule.empty()) return;
   spdlog::info("fault schedule: {} events (hash {:016x}){}", rt.schedule.size(), diloco::schedule_hash(rt.schedule),
                cfg.chaos.enabled ? fmt::format(", chaos seed {}", cfg.chaos.seed) : std::string());

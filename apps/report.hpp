@@ -27,6 +27,11 @@ struct Runtime;
 
 using Json = nlohmann::ordered_json;
 
+/// --quiet: the per-round rows are left out of stdout (the summary stays; --metrics is written
+/// in full). Set once by main before anything runs.
+void set_quiet_rows(bool quiet);
+bool quiet_rows();
+
 /// Timestamped lines on stdout from any thread ("   12.34s  what happened").
 class Timeline {
 public:
@@ -97,6 +102,10 @@ private:
   JsonLines& jsonl_;
 };
 
+/// Share of the run's budget trained so far, in [0, 1] (train.budget: every island's steps, or
+/// the islands' tokens together).
+double run_progress(const diloco::actors::Runtime& rt);
+
 /// The figures of a finished run that are not in its ledger.
 struct RunEnd {
   std::uint64_t rounds = 0;
@@ -104,6 +113,9 @@ struct RunEnd {
   double seconds = 0.0;
   diloco::GoodputMeter::Report goodput;
 };
+
+/// Faults the run was set to inject: the [chaos] schedule and every [[faults]] table.
+std::size_t faults_scheduled(const diloco::actors::Runtime& rt);
 
 /// The summary of `diloco run` on the actors: the final line, goodput, the links per site, and
 /// the summary JSON line with the faults.

@@ -2,6 +2,7 @@
 // The syncer process publishes its gateway and prints how to join; a site process connects,
 // proves its identity, and runs its islands under their supervisors (actors/remote.hpp).
 #include "site_run.hpp"
+#include "metrics.hpp"
 #include "report.hpp"
 #include "watch.hpp"
 
@@ -32,6 +33,25 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// --http: a monitor of this process's part of the run (put in `slot`, which the runtime's event
+/// callback reads) and its server; none without the flag.
+std::unique_ptr<HttpServer> serve_http(const std::optional<HttpAddress>& at, caf::actor_system& sys,
+                                       const diloco::actors::Runtime& rt, const std::string& role, std::vector<int> islands,
+                                       std::shared_ptr<Monitor>& slot) {
+  if (!at) return nullptr;
+  slot = std::make_shared<Monitor>(rt, role, std::move(islands), [&sys] {
+    return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count();
+  });
+  auto server = std::make_unique<HttpServer>(*at, *slot);
+  spdlog::info("status page and metrics: {} (/metrics, /status.json)", server->url());
+  return server;
+}
+
+diloco::actors::EventSink supervision_sink(const std::shared_ptr<Monitor>& m) {
+  if (!m) return {};
+  return [m](const diloco::actors::SupervisionEvent& e) { m->on(e); };
+}
 
 std::string list(const std::vector<int>& v) {
   std::string s;
@@ -90,7 +110,10 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   };
   auto mu = std::make_shared<std::mutex>();
   auto commits = std::make_shared<std::deque<Commit>>();
-  auto rt = std::make_shared<Runtime>(cfg, [tl, mu, commits](const Event& e) {
+  const auto http_at = f.http.empty() ? std::optional<HttpAddress>() : HttpAddress::parse(f.http);
+  auto monitor = std::make_shared<std::shared_ptr<Monitor>>();  // --http, set before the tree is spawned
+  auto rt = std::make_shared<Runtime>(cfg, [tl, mu, commits, monitor](const Event& e) {
+    if (*monitor) (*monitor)->on(e);
     if (e.kind == Event::Kind::commit) {  // printed by the watching thread, with its JSON line
       std::lock_guard lk(*mu);
       commits->push_back({e.round, e.fragment, e.islands, tl->since()});
@@ -124,10 +147,11 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
   configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
+  auto server = serve_http(http_at, sys, *rt, "syncer", {}, *monitor);
   SpawnSet only_syncer;
   only_syncer.syncer = true;
   only_syncer.all_islands = false;
-  auto root = spawn_runtime(sys, rt, {}, only_syncer);
+  auto root = spawn_runtime(sys, rt, supervision_sink(*monitor), only_syncer);
   auto gateway = spawn_gateway(sys, rt, GatewayOptions{tls ? tls->ca : std::string(), [tl](const std::string& s) { tl->line(s); }});
   // CAF listens on loopback only; the door faces the network and splices proven peers to it.
   auto caf_port = publish_gateway(gateway);
@@ -200,7 +224,9 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
       last_round = round;
       std::printf("%8.2fs  round %llu eval loss %.4f\n", tl->since(), static_cast<unsigned long long>(round), last_eval);
       jsonl.write(Json{{"event", "round"}, {"round", round}, {"eval_loss", last_eval}, {"t", tl->since()}});
+      if (*monitor) (*monitor)->on_round(round, NAN, last_eval);
     }
+    if (*monitor) (*monitor)->sample();
     std::fflush(stdout);
   });
   switch (end.how) {
@@ -254,13 +280,17 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   const auto tls = tls_of(f, cfg, f.site);
   auto tl = std::make_shared<Timeline>();
   const long every = std::max(1, cfg.train.H);
-  auto rt = std::make_shared<Runtime>(cfg, [tl, every](const Event& e) {
+  const auto http_at = f.http.empty() ? std::optional<HttpAddress>() : HttpAddress::parse(f.http);
+  auto monitor = std::make_shared<std::shared_ptr<Monitor>>();  // --http, set before anything runs
+  auto rt = std::make_shared<Runtime>(cfg, [tl, every, monitor](const Event& e) {
+    if (*monitor) (*monitor)->on(e);
     if (auto line = site_line(e, every)) tl->line(*line);
   });
   caf::actor_system_config sc;
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
   configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
+  auto server = serve_http(http_at, sys, *rt, "site", mine, *monitor);
 
   auto first = std::make_shared<std::atomic<bool>>(false);
   auto gave_up = std::make_shared<std::atomic<bool>>(false);
@@ -323,7 +353,7 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   only_mine.all_islands = false;
   only_mine.islands = mine;
   const auto start = Clock::now();
-  auto root = spawn_runtime(sys, rt, {}, only_mine);
+  auto root = spawn_runtime(sys, rt, supervision_sink(*monitor), only_mine);
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   root->attach_functor([tree_failed](const caf::error&) { tree_failed->store(true); });
   // The final sync waits for the merges of the islands' last contributions, at most
@@ -338,7 +368,9 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   rules.final_sync_s = cfg.train.final_sync_s;
   rules.failed = [&] { return tree_failed->load(); };
   rules.stopped = [&] { return rt->stopped(); };
-  const auto end = watch(rules, [] {});
+  const auto end = watch(rules, [&] {
+    if (*monitor) (*monitor)->sample();
+  });
   switch (end.how) {
     case WatchEnd::How::tree_failed: spdlog::error("site {}: the supervision tree stopped", f.site); return 1;
     case WatchEnd::How::stopped:

@@ -16,6 +16,7 @@ struct NetFlags {
   std::string metrics;   // syncer: JSON lines (rounds and commits)
   std::string site;      // site: its name
   int max_attempts = 0;  // site: failed connection attempts in a row before giving up (0: never)
+  std::string http;      // --http: metrics and status page ([HOST:]PORT; "" = off)
 };
 
 /// Runs the syncer alone and publishes it; returns when every island has finished its steps.

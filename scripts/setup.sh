@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian 12 packages (idempotent).
-# `scripts/setup.sh --bench` also installs what the benchmarks compare against (PyTorch, OpenBLAS)
-# and plot with (gnuplot).
+# `scripts/setup.sh --bench` also installs what the benchmarks compare against (PyTorch, OpenBLAS).
 set -euo pipefail
 
 packages=(cmake g++ make ninja-build pkg-config
           libcaf-dev libeigen3-dev capnproto libcapnp-dev libssl-dev openssl
           libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
           nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece
-          libtorch-dev python3-torch)  # TorchScript chips (diloco::torch) and the modules its tests export
+          libtorch-dev python3-torch  # TorchScript chips (diloco::torch) and the modules its tests export
+          libcivetweb-dev gnuplot-nox chromium)
+# libcivetweb-dev serves --http; gnuplot-nox draws `diloco plot`; chromium renders the status page
+# in its test.
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(libopenblas0-pthread gnuplot-nox)
+  packages+=(libopenblas0-pthread)
 fi
 
 # `--fuzz`: clang and its libFuzzer/sanitizer runtimes (tests/fuzz/README.md).

@@ -895,8 +895,9 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
   for (auto&& [sec, node] : root) {
     const std::string section(sec.str());
     if (section == "faults" || section == "sites") {
+      // `faults = []` (e.g. --set 'faults=[]') is an empty list: it clears the file's tables.
       const auto* arr = node.as_array();
-      if (!arr || !arr->is_array_of_tables()) {
+      if (!arr || (!arr->empty() && !arr->is_array_of_tables())) {
         errs.push_back(section + ": must be an array of tables ([[" + section + "]])");
         continue;
       }

@@ -20,9 +20,11 @@ Event Event::stepped(double at, int island, long step, int chips, double loss) {
   return e;
 }
 
-Event Event::committed(double at, std::uint64_t round, int fragment, int merged, std::vector<int> islands) {
+Event Event::committed(double at, std::uint64_t round, int fragment, int merged, std::vector<int> islands,
+                       std::vector<int> staleness) {
   auto e = make(Kind::commit, at);
   e.round = round, e.fragment = fragment, e.merged = merged, e.islands = std::move(islands);
+  e.staleness = std::move(staleness);
   return e;
 }
 
@@ -56,9 +58,10 @@ Event Event::fault_fired(double at, FaultKind what, int island, int chip, long s
   return e;
 }
 
-Event Event::refused(double at, std::string why) {
+Event Event::refused(double at, std::string why, std::string reason) {
   auto e = make(Kind::rejected, at);
   e.detail = std::move(why);
+  e.reason = std::move(reason);
   return e;
 }
 

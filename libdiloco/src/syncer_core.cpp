@@ -196,6 +196,7 @@ Commit SyncerCore::commit(int p, double now) {
   for (const auto& x : pending_[i])
     if (staleness_factor(settings_.merge, rounds_[i], x.header.base_round)) {
       c.islands.push_back(x.header.island);
+      c.staleness.push_back(static_cast<int>(rounds_[i] - x.header.base_round));
       c.tokens += x.header.tokens;
       merged_base_[i][static_cast<std::size_t>(x.header.island)] = x.header.base_round + 1;
     }

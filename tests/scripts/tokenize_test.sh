@@ -33,7 +33,7 @@ assert ids == reference, f"{len(ids)} shard tokens differ from spm_encode's {len
 print(f"tokenize test: {len(ids)} tokens in {len(files)} shards match spm_encode")
 PY
 
-"$diloco" run --set train.mode='"diloco"' --set model.kind='"mlp"' --set model.vocab=400 --set model.seq_len=32 \
+"$diloco" run "$src/configs/default.toml" --set train.mode='"diloco"' --set model.kind='"mlp"' --set model.vocab=400 --set model.seq_len=32 \
   --set model.n_embd=16 --set model.hidden=64 --set data.corpus='"tokens"' \
   --set data.path="\"$work/shards/train_*.bin\"" --set data.eval_path="\"$work/shards/val_*.bin\"" \
   --set train.islands=2 --set train.steps=40 --set train.H=10 --set train.batch=4 --set train.eval_windows=16 \

@@ -43,10 +43,13 @@ struct Event {
   double loss = std::numeric_limits<double>::quiet_NaN();  // step: training loss
   FaultKind fault = FaultKind::chip;  // fault: what was done
   std::vector<int> islands;        // commit: who was merged
+  std::vector<int> staleness;      // commit: per merged island, rounds its contribution was behind
   std::string detail;              // a human-readable reason or description
+  std::string reason;              // rejected: the kind of refusal in one word (an errc name, "unexpected_message", "session")
 
   static Event stepped(double at, int island, long step, int chips, double loss);
-  static Event committed(double at, std::uint64_t round, int fragment, int merged, std::vector<int> islands);
+  static Event committed(double at, std::uint64_t round, int fragment, int merged, std::vector<int> islands,
+                         std::vector<int> staleness = {});
   static Event joined(double at, int island, std::uint64_t round);
   /// A (re)started island adopted the global fragments (heal), or re-joined a restarted syncer
   /// keeping its own state (rejoin).
@@ -54,7 +57,7 @@ struct Event {
   static Event restored(double at, std::uint64_t round, std::string how);
   static Event snapshot_taken(double at, std::uint64_t round);
   static Event fault_fired(double at, FaultKind what, int island, int chip, long step, std::string description);
-  static Event refused(double at, std::string why);
+  static Event refused(double at, std::string why, std::string reason = "other");
   static Event dropped_late(double at, std::string why);
   static Event island_done(double at, int island, long step);
   static Event diverged_state(double at, int island, int fragment, long step, std::string why);

@@ -37,6 +37,7 @@ struct Commit {
   int dropped_stale = 0;         // contributions past max staleness at merge time
   std::uint64_t tokens = 0;      // tokens of the merged contributions
   std::vector<int> islands;      // who was merged
+  std::vector<int> staleness;    // per merged island: rounds its contribution was behind the fragment
   double at = 0.0;
   bool finite = true;            // false: Θ_p holds NaN or infinity after it (the run diverged; health())
 };

@@ -1,0 +1,148 @@
+"""`diloco run --http`: scrapes /metrics over HTTP during a run with faults and checks that the
+exposition parses (names, labels, values), that the counters move, that the faults, restarts and
+commits show, that /status.json lists every island, and that a client that connects and never
+reads costs the run nothing (the run's steps go on while it hangs on). The run is long; it is
+stopped once everything is checked.
+
+usage: http_metrics_test.py DILOCO SOURCE_DIR"""
+import json
+import re
+import socket
+import sys
+import time
+import urllib.request
+
+import harness
+from harness import Proc, fail
+
+DILOCO, SRC = sys.argv[1], sys.argv[2]
+NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+
+
+def parse(text):
+    """The exposition as {(name, labels): value}; fails on any line that is not Prometheus text."""
+    samples, typed = {}, {}
+    for line in text.splitlines():
+        if not line:
+            continue
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            parts = line.split(" ", 3)
+            if len(parts) < 4 or not NAME.match(parts[2]):
+                fail(f"bad metadata line: {line}")
+            if parts[1] == "TYPE":
+                typed[parts[2]] = parts[3]
+            continue
+        m = SAMPLE.match(line)
+        if not m:
+            fail(f"not a sample line: {line!r}")
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        if not NAME.match(name):
+            fail(f"bad metric name {name}")
+        pairs = tuple(sorted(LABEL.findall(labels)))
+        if labels and "," .join(f'{k}="{v}"' for k, v in LABEL.findall(labels)) != labels[1:-1]:
+            fail(f"bad labels: {line}")
+        float(value)  # NaN and +Inf parse too
+        samples[(name, pairs)] = float(value)
+    for name, kind in typed.items():
+        if kind == "counter" and not name.endswith("_total"):
+            fail(f"counter {name} does not end in _total")
+    return samples
+
+
+def value(samples, name, **labels):
+    key = (name, tuple(sorted((k, str(v)) for k, v in labels.items())))
+    if key not in samples:
+        fail(f"no sample {name}{labels}")
+    return samples[key]
+
+
+port = free_port()
+run = Proc("run", [DILOCO, "run", f"{SRC}/configs/decoupled.toml", "--http", str(port), "--set", "train.steps=3000",
+                   "--set", "wan.enabled=true"], SRC)
+run.wait_for(r"status page and metrics: http://127\.0\.0\.1:%d/" % port, 30)
+run.wait_for(r"^\s+1\s+[0-9.]+", 60)  # the first global round
+base = f"http://127.0.0.1:{port}"
+
+status, ctype, text = get(base + "/metrics")
+if status != 200 or not ctype.startswith("text/plain"):
+    fail(f"/metrics answered {status} {ctype}")
+first = parse(text)
+for name in ["diloco_global_round", "diloco_commits_total", "diloco_live_islands", "diloco_live_chips",
+             "diloco_goodput_ratio", "diloco_global_downtime_seconds_total", "diloco_tokens_total",
+             "diloco_stale_drops_total", "diloco_eval_loss", "diloco_commit_contributions_count",
+             "diloco_contribution_staleness_rounds_count", "diloco_quorum_islands"]:
+    value(first, name)
+for i in range(3):
+    value(first, "diloco_island_step", island=i)
+    value(first, "diloco_island_tokens_per_second", island=i)
+    value(first, "diloco_chip_step_seconds_count", island=i)
+    for d in ("up", "down"):
+        value(first, "diloco_link_bytes_total", site=f"island-{i}", direction=d)
+
+# A client that connects and never sends or reads: the run goes on meanwhile.
+stuck = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+held_at = time.monotonic()
+steps_before = [value(first, "diloco_island_step", island=i) for i in range(3)]
+run.wait_for(r"exited syncer reason", 90)  # the last fault (island 0's step 170) has fired
+deadline = time.monotonic() + 30
+while len(run.matches(r"\[root\] started syncer")) < 2:  # restarted by its supervisor
+    if time.monotonic() > deadline or not run.alive():
+        fail("the syncer was not restarted")
+    time.sleep(0.05)
+time.sleep(1.5)
+status, _, text = get(base + "/metrics")
+second = parse(text)
+for s in stuck:
+    s.close()
+print(f"8 idle clients held {time.monotonic() - held_at:.1f} s while the run went on")
+
+for name in ["diloco_commits_total", "diloco_tokens_total", "diloco_useful_chip_seconds_total",
+             "diloco_provisioned_chip_seconds_total"]:
+    if not value(second, name) > value(first, name):
+        fail(f"{name} did not move: {value(first, name)} -> {value(second, name)}")
+for i in range(3):
+    if not value(second, "diloco_island_step", island=i) > steps_before[i]:
+        fail(f"island {i} did not step while idle clients held the server")
+    if not value(second, "diloco_link_bytes_total", site=f"island-{i}", direction="up") > \
+            value(first, "diloco_link_bytes_total", site=f"island-{i}", direction="up"):
+        fail(f"island {i}'s link carried nothing more")
+for kind in ("chip", "island", "syncer"):
+    if value(second, "diloco_faults_total", kind=kind) < 1:
+        fail(f"no {kind} fault counted")
+restarts = sum(v for (n, _), v in second.items() if n == "diloco_supervisor_restarts_total")
+if restarts < 3:
+    fail(f"only {restarts} supervisor restarts counted")
+if value(second, "diloco_global_round") < value(first, "diloco_global_round"):
+    fail("the global round went down")
+
+status, ctype, text = get(base + "/status.json")
+doc = json.loads(text)
+if sorted(i["island"] for i in doc["islands"]) != [0, 1, 2] or not doc["commits"] or not doc["timeline"]:
+    fail(f"status.json is incomplete: {text[:400]}")
+status, ctype, page = get(base + "/")
+if "status.json" not in page or not ctype.startswith("text/html"):
+    fail("/ is not the status page")
+if re.search(r"""(src|href)=["']?(https?:)?//""", page):
+    fail("the status page loads something from another host")
+
+if not run.alive():
+    fail(f"the run ended early ({run.p.returncode})")
+print(f"metrics test: {len(second)} samples parsed, commits {value(first, 'diloco_commits_total'):.0f} -> "
+      f"{value(second, 'diloco_commits_total'):.0f}, tokens {value(first, 'diloco_tokens_total'):.0f} -> "
+      f"{value(second, 'diloco_tokens_total'):.0f}, {restarts:.0f} restarts; ok")
+harness.cleanup()

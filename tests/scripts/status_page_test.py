@@ -1,0 +1,77 @@
+"""The live status page (`--http`, /) rendered by headless Chromium during a run: the DOM it builds
+from /status.json lists every island, and each island's step advances between two renderings.
+
+usage: status_page_test.py DILOCO SOURCE_DIR [CHROMIUM]"""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+import harness
+from harness import Proc, fail
+
+DILOCO, SRC = sys.argv[1], sys.argv[2]
+CHROMIUM = sys.argv[3] if len(sys.argv) > 3 else shutil.which("chromium")
+if not CHROMIUM:
+    fail("chromium is not installed (scripts/setup.sh installs it)")
+ISLANDS = 3  # configs/decoupled.toml
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def render(url):
+    """The page's DOM after Chromium ran its scripts for 3 s of virtual time (a few polls)."""
+    profile = tempfile.mkdtemp(prefix="diloco-chromium-")
+    harness.work_dirs.append(profile)
+    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", "--virtual-time-budget=3000", "--dump-dom", url]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=90)
+    if r.returncode != 0:
+        fail(f"chromium exited with {r.returncode}: {r.stderr[-2000:]}")
+    return r.stdout
+
+
+def steps(dom):
+    """Island → step, from the rows the page's script drew."""
+    rows = re.findall(r'<tr class="island" id="island-(\d+)" data-island="\d+" data-step="(\d+)">', dom)
+    return {int(i): int(s) for i, s in rows}
+
+
+port = free_port()
+run = Proc("run", [DILOCO, "run", f"{SRC}/configs/decoupled.toml", "--http", str(port), "--set", "train.steps=400",
+                   "--set", "inner.warmup_steps=20"], SRC)
+run.wait_for(r"status page and metrics: http://127\.0\.0\.1:%d/" % port, 30)
+run.wait_for(r"^\s+1\s+[0-9.]+", 60)  # training is under way
+url = f"http://127.0.0.1:{port}/"
+
+first = steps(render(url))
+if sorted(first) != list(range(ISLANDS)):
+    fail(f"the page shows islands {sorted(first)}, expected 0..{ISLANDS - 1}")
+run.wait_for(r"^\s+4\s+[0-9.]+", 60)  # three more global rounds
+dom = render(url)
+second = steps(dom)
+if sorted(second) != list(range(ISLANDS)):
+    fail(f"the second rendering shows islands {sorted(second)}")
+for i in range(ISLANDS):
+    if not second[i] > first[i]:
+        fail(f"island {i}'s step did not advance on the page: {first[i]} -> {second[i]}")
+for part in ('id="loss"', "<polyline", 'id="commits"', 'id="links"', 'id="timeline"'):
+    if part not in dom:
+        fail(f"the rendered page lacks {part}")
+if re.search(r'id="round">-<', dom):
+    fail("the page never filled in the global round")
+code = run.wait_exit(120)
+if code != 0:
+    fail(f"the run exited with {code}")
+print(f"status page test: islands {sorted(second)}, steps {first} -> {second}; ok")
+harness.cleanup()
