@@ -94,6 +94,21 @@ def plot(results, rates, out):
     return png
 
 
+def plot_runs(diloco, results, out):
+    """Each run drawn by `diloco plot` (eval loss with its faults marked, goodput and live islands
+    over time, bytes per link): DIR/<mode>_mtbf<m>.png beside the comparison plot."""
+    pngs = []
+    for (mode, mtbf), r in results.items():
+        png = os.path.join(out, r["tag"] + ".png")
+        p = subprocess.run([diloco, "plot", os.path.join(out, r["tag"] + ".jsonl"), "-o", png],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode == 0:
+            pngs.append(png)
+        else:
+            print(f"diloco plot failed for {r['tag']}:\n" + p.stdout[-1000:])
+    return pngs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--diloco", default=diloco_runs.DEFAULT_DILOCO)
@@ -121,6 +136,7 @@ def main():
             print(f"{mode:10s} {mtbf:9g} {len(r['faults']):6d} {s['seconds']:7.1f} {100 * s['goodput']:7.1f}% "
                   f"{s['downtime_s']:10.2f} {s['final_eval_loss']:9.4f}  {s['schedule_hash']}", flush=True)
     png = plot(results, rates, out)
+    run_pngs = plot_runs(a.diloco, results, out)
     rows = []
     for (mode, mtbf), r in results.items():
         s = r["summary"]
@@ -150,9 +166,11 @@ def main():
               f"{100 * c['loss_vs_ddp']:+.1f}% vs ddp: target {'met' if c['met'] else 'NOT met'}")
     if png:
         print(f"plot: {png}")
+    if run_pngs:
+        print(f"each run drawn by diloco plot: {', '.join(run_pngs)}")
     print(json.dumps({"benchmark": "goodput", "repair_s": a.repair, "seed": a.seed, "budget": a.budget, "runs": rows,
                       "checks": checks,
-                      "plot": png}))
+                      "plot": png, "run_plots": run_pngs}))
 
 
 if __name__ == "__main__":
