@@ -157,15 +157,9 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   auto& st = self->state;
   auto& rt = *st.rt;
   const int i = st.island;
-  auto msg = decode_message(detail::bytes_of(w));
-  if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
-    detail::refuse(self, rt, rt.islands[static_cast<std::size_t>(i)].refused, "island " + std::to_string(i) + ": welcome: " +
-                                 (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
-                                 msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
-    return false;
-  }
-  st.member.join_inflight = false;
-  const auto& reply = std::get<JoinReply>(*msg);
+  const auto got = admit_welcome(self, w);
+  if (!got) return false;
+  const auto& reply = *got;
   st.core->heal(reply, /*keep_local=*/false);  // replicas are the server's parameters, always
   if (!reply.fragments.empty()) st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
   count_joined(self);

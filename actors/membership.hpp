@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -110,6 +111,24 @@ void start_member(caf::stateful_actor<State>* self, const std::shared_ptr<Runtim
   if (const double now = detail::now_s(self), back = rt->windows.island_back(i); now < back)
     self->delayed_send(self, detail::micros(back - now), join_atom::value);
   else self->send(self, join_atom::value);
+}
+
+/// The JoinReply of a welcome frame; anything else is refused (counted in the unit's record and
+/// reported) and gives nothing. A reply ends the join request in flight.
+template <class State>
+std::optional<JoinReply> admit_welcome(caf::stateful_actor<State>* self, const WireFrame& w) {
+  auto& st = self->state;
+  const int i = st.island;
+  auto msg = decode_message(detail::bytes_of(w));
+  if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
+    detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(i)].refused,
+                   "island " + std::to_string(i) + ": welcome: " +
+                       (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
+                   msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
+    return std::nullopt;
+  }
+  st.member.join_inflight = false;
+  return std::get<JoinReply>(std::move(*msg));
 }
 
 /// The unit joined in its incarnation: its record says so, and the first join of an incarnation
