@@ -11,9 +11,16 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <pthread.h>
+#include <thread>
+#include <utility>
 #include <stdexcept>
 
-#include <civetweb.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <prometheus/counter.h>
@@ -464,63 +471,157 @@ std::string Monitor::metrics() const {
 
 namespace {
 
-int reply(mg_connection* conn, const char* type, const std::string& body) {
-  mg_printf(conn,
-            "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
-            "Connection: close\r\n\r\n",
-            type, body.size());
-  mg_write(conn, body.data(), body.size());
-  return 200;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+/// A client has this long to send its request and take the answer; then it is dropped.
+constexpr auto kRequestTimeout = std::chrono::seconds(2);
+/// Connections held at once; past this the server stops accepting until one ends (the kernel's
+/// backlog holds the rest), so a flood of clients costs the process a bounded number of sockets.
+constexpr std::size_t kMaxClients = 256;
+
+/// The answer to one request: the routes, or 404, or 405 for a method other than GET and HEAD.
+http::response<http::string_body> answer(const http::request<http::empty_body>& req, const Monitor& monitor) {
+  std::string_view path(req.target().data(), req.target().size());
+  path = path.substr(0, path.find('?'));
+  http::response<http::string_body> res{http::status::ok, req.version()};
+  std::string type = "text/plain; charset=utf-8";
+  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    res.result(http::status::method_not_allowed);
+    res.set(http::field::allow, "GET, HEAD");
+    res.body() = "only GET and HEAD\n";
+  } else if (path == "/" || path == "/index.html") {
+    type = "text/html; charset=utf-8";
+    res.body() = kStatusPage;
+  } else if (path == "/status.json") {
+    type = "application/json";
+    res.body() = monitor.status_json();
+  } else if (path == "/metrics") {
+    type = "text/plain; version=0.0.4; charset=utf-8";
+    res.body() = monitor.metrics();
+  } else {
+    res.result(http::status::not_found);
+    res.body() = "not found (/, /status.json, /metrics)\n";
+  }
+  res.set(http::field::content_type, type);
+  res.set(http::field::cache_control, "no-store");
+  res.keep_alive(false);
+  res.content_length(res.body().size());
+  if (req.method() == http::verb::head) res.body().clear();
+  return res;
 }
 
-int serve_page(mg_connection* conn, void*) { return reply(conn, "text/html; charset=utf-8", kStatusPage); }
-int serve_status(mg_connection* conn, void* m) {
-  return reply(conn, "application/json", static_cast<const Monitor*>(m)->status_json());
-}
-int serve_metrics(mg_connection* conn, void* m) {
-  return reply(conn, "text/plain; version=0.0.4; charset=utf-8", static_cast<const Monitor*>(m)->metrics());
-}
+/// The listening socket and the connections, run by the server's one thread (its handlers only,
+/// so it needs no lock); the connections keep it alive.
+struct Listener : std::enable_shared_from_this<Listener> {
+  const Monitor& monitor;
+  asio::io_context& io;
+  tcp::acceptor acceptor;
+  std::size_t clients = 0;
+  bool accepting = false, stopped = false;
 
-/// civetweb's complaints while starting (on the starting thread), for the error message.
-thread_local std::string start_log;
-int keep_log(const mg_connection*, const char* message) {
-  start_log += (start_log.empty() ? "" : "; ") + std::string(message);
-  return 1;
-}
+  Listener(asio::io_context& c, const Monitor& m) : monitor(m), io(c), acceptor(c) {}
+
+  void accept() {
+    accepting = true;
+    acceptor.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket s) {
+      self->accepting = false;
+      if (self->stopped || ec == asio::error::operation_aborted) return;
+      if (ec) {  // out of file descriptors, say: try again shortly rather than spin
+        auto timer = std::make_shared<asio::steady_timer>(self->io, std::chrono::milliseconds(100));
+        timer->async_wait([self, timer](beast::error_code) {
+          if (!self->stopped && !self->accepting) self->accept();
+        });
+        return;
+      }
+      serve(self, std::move(s));
+      if (self->clients < kMaxClients) self->accept();
+    });
+  }
+
+  /// One connection: one request read, answered and closed, within kRequestTimeout in all.
+  struct Session {
+    std::shared_ptr<Listener> server;
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer{8192};
+    http::request<http::empty_body> req;
+    http::response<http::string_body> res;
+    Session(std::shared_ptr<Listener> l, tcp::socket s) : server(std::move(l)), stream(std::move(s)) { ++server->clients; }
+    ~Session() {  // resumes accepting if the limit had paused it
+      --server->clients;
+      if (!server->stopped && !server->accepting) server->accept();
+    }
+  };
+
+  static void serve(const std::shared_ptr<Listener>& self, tcp::socket s) {
+    auto session = std::make_shared<Session>(self, std::move(s));
+    session->stream.expires_after(kRequestTimeout);
+    http::async_read(session->stream, session->buffer, session->req, [session](beast::error_code ec, std::size_t) {
+      if (ec) return;  // timed out, closed, or not HTTP: dropped
+      auto& res = session->res;
+      try {
+        res = answer(session->req, session->server->monitor);
+      } catch (const std::exception& e) {
+        res = {http::status::internal_server_error, session->req.version()};
+        res.body() = std::string(e.what()) + "\n";
+        res.keep_alive(false);
+        res.prepare_payload();
+      }
+      http::async_write(session->stream, res, [session](beast::error_code, std::size_t) {
+        beast::error_code ignored;
+        session->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      });
+    });
+  }
+};
 
 }  // namespace
 
-HttpServer::HttpServer(const HttpAddress& address, const Monitor& monitor) : address_(address) {
-  mg_init_library(0);
-  const std::string ports = address.listen();
-  // 16 threads, each dropping a client that sends nothing for 2 s: a few stuck clients delay
-  // nobody else's scrape.
-  const char* options[] = {"listening_ports", ports.c_str(), "num_threads", "16", "request_timeout_ms", "2000",
-                           "enable_keep_alive", "no", nullptr};
-  mg_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  callbacks.log_message = keep_log;
-  start_log.clear();
-  mg_init_data init{&callbacks, nullptr, options};
-  char text[256] = {0};
-  unsigned code = 0;
-  mg_error_data error{&code, text, sizeof text};
-  ctx_ = mg_start2(&init, &error);
-  if (!ctx_)
-    throw std::runtime_error("--http " + ports + ": cannot listen: " +
-                             (!start_log.empty() ? start_log : text[0] ? std::string(text) : "unknown error"));
-  auto* m = const_cast<Monitor*>(&monitor);
-  mg_set_request_handler(ctx_, "/$", serve_page, m);
-  mg_set_request_handler(ctx_, "/index.html$", serve_page, m);
-  mg_set_request_handler(ctx_, "/status.json$", serve_status, m);
-  mg_set_request_handler(ctx_, "/metrics$", serve_metrics, m);
-  mg_server_port sp[4];
-  const int n = mg_get_server_ports(ctx_, 4, sp);
-  port_ = n > 0 ? sp[0].port : address.port;
+struct HttpServer::Impl {
+  asio::io_context io{1};
+  std::shared_ptr<Listener> listener;
+  std::thread thread;
+};
+
+HttpServer::HttpServer(const HttpAddress& address, const Monitor& monitor)
+    : impl_(std::make_unique<Impl>()), address_(address) {
+  const std::string at = address.listen();
+  auto refuse = [&](const std::string& why) { return std::runtime_error("--http " + at + ": cannot listen: " + why); };
+  std::string host = address.host;
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  beast::error_code ec;
+  const auto ip = asio::ip::make_address(host, ec);
+  if (ec) throw refuse(ec.message());
+  const tcp::endpoint endpoint(ip, static_cast<unsigned short>(address.port));
+  auto& m = *impl_;
+  m.listener = std::make_shared<Listener>(m.io, monitor);
+  auto& acceptor = m.listener->acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw refuse(ec.message());
+  port_ = acceptor.local_endpoint().port();
+  m.listener->accept();
+  // A std::thread has the process's default stack size: the static TLS of the libraries loaded
+  // (libtorch and the BLAS it pulls in take well over 100 KiB) must fit in every thread's stack.
+  m.thread = std::thread([&io = m.io] {
+    pthread_setname_np(pthread_self(), "diloco-http");
+    io.run();
+  });
 }
 
 HttpServer::~HttpServer() {
-  if (ctx_) mg_stop(ctx_);
+  auto& m = *impl_;
+  m.io.stop();
+  if (m.thread.joinable()) m.thread.join();
+  // No thread runs the server now; the connections still open close with the io_context.
+  m.listener->stopped = true;
+  beast::error_code ignored;
+  m.listener->acceptor.close(ignored);
+  m.listener.reset();
 }
 
 std::string HttpServer::url() const { return "http://" + address_.host + ":" + std::to_string(port_) + "/"; }

@@ -12,8 +12,6 @@
 
 #include "diloco/events.hpp"
 
-struct mg_context;
-
 namespace diloco::actors {
 struct Runtime;
 struct SupervisionEvent;
@@ -25,7 +23,7 @@ struct HttpAddress {
   std::string host;
   int port = 0;
   static HttpAddress parse(const std::string& flag);
-  /// civetweb's listening_ports form ("127.0.0.1:9100", "[::1]:9100").
+  /// "HOST:PORT" as given ("127.0.0.1:9100", "[::1]:9100"), for messages.
   std::string listen() const;
 };
 
@@ -60,9 +58,9 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
-/// An HTTP server (civetweb, its own threads) serving `/`, `/status.json` and `/metrics` of a
-/// monitor until destroyed. Its handlers only read: a slow or stuck client holds one of its
-/// threads, never a lock the run needs.
+/// An HTTP server (Boost.Beast, asynchronous on one thread of its own) serving `/`, `/status.json`
+/// and `/metrics` of a monitor until destroyed. Its handlers only read; a slow or stuck client
+/// holds a socket for at most 2 s, never the thread or a lock the run needs.
 class HttpServer {
 public:
   /// Listens on `address`; throws std::runtime_error naming --http when it cannot (a port in
@@ -76,7 +74,8 @@ public:
   std::string url() const;
 
 private:
-  mg_context* ctx_ = nullptr;
+  struct Impl;  // the io_context, the listener and the thread (metrics.cpp)
+  std::unique_ptr<Impl> impl_;
   HttpAddress address_;
   int port_ = 0;
 };

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian 12 packages (idempotent).
-# `scripts/setup.sh --bench` also installs what the benchmarks compare against (PyTorch, OpenBLAS).
+# What the benchmarks compare against (PyTorch, OpenBLAS) is part of every set-up; `--bench` is
+# still accepted and adds nothing.
 set -euo pipefail
 
 packages=(cmake g++ make ninja-build pkg-config
           libcaf-dev libeigen3-dev capnproto libcapnp-dev libssl-dev openssl
-          libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
+          libspdlog-dev libboost-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
           nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece
           libtorch-dev python3-torch  # TorchScript chips (diloco::torch) and the modules its tests export
-          libcivetweb-dev gnuplot-nox chromium)
-# libcivetweb-dev serves --http; gnuplot-nox draws `diloco plot`; chromium renders the status page
-# in its test.
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(libopenblas0-pthread)
-fi
+          libopenblas0-pthread gnuplot-nox chromium)
+# libboost-dev: Boost.Beast/Asio serve --http. libopenblas0-pthread becomes the system BLAS that
+# libtorch (and PyTorch in the benchmarks) computes with, so every build and test runs the torch
+# parts the way the benchmarks measure them. gnuplot-nox draws `diloco plot`; chromium renders the
+# status page in its test.
 
 # `--fuzz`: clang and its libFuzzer/sanitizer runtimes (tests/fuzz/README.md).
 if [[ " $* " == *" --fuzz "* ]]; then

@@ -1,10 +1,13 @@
 """`diloco run --http`: scrapes /metrics over HTTP during a run with faults and checks that the
 exposition parses (names, labels, values), that the counters move, that the faults, restarts and
-commits show, that /status.json lists every island, and that a client that connects and never
-reads costs the run nothing (the run's steps go on while it hangs on). The run is long; it is
-stopped once everything is checked.
+commits show, that /status.json lists every island, and that clients that connect and never
+read cost the run nothing (the run's steps go on while they hang on) and delay no other scrape:
+64 of them held at once, a scrape is answered at once, and the server drops each after its 2 s.
+With `--openblas` (a build with libtorch) it first checks that the process has OpenBLAS loaded,
+the configuration whose static TLS once kept the server's threads from starting. The run is
+long; it is stopped once everything is checked.
 
-usage: http_metrics_test.py DILOCO SOURCE_DIR"""
+usage: http_metrics_test.py DILOCO SOURCE_DIR [--openblas]"""
 import json
 import re
 import socket
@@ -16,6 +19,7 @@ import harness
 from harness import Proc, fail
 
 DILOCO, SRC = sys.argv[1], sys.argv[2]
+OPENBLAS = "--openblas" in sys.argv[3:]
 NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
@@ -77,6 +81,13 @@ run = Proc("run", [DILOCO, "run", f"{SRC}/configs/decoupled.toml", "--http", str
 run.wait_for(r"status page and metrics: http://127\.0\.0\.1:%d/" % port, 30)
 run.wait_for(r"^\s+1\s+[0-9.]+", 60)  # the first global round
 base = f"http://127.0.0.1:{port}"
+if OPENBLAS:
+    with open(f"/proc/{run.p.pid}/maps") as f:
+        blas = sorted({line.split()[-1] for line in f if "blas" in line.split()[-1]})
+    if not any("openblas" in b for b in blas):
+        fail(f"the run has no OpenBLAS loaded ({blas}): libopenblas0-pthread is not the system BLAS "
+             "(scripts/setup.sh installs it)")
+    print(f"serving with {', '.join(blas)} loaded")
 
 status, ctype, text = get(base + "/metrics")
 if status != 200 or not ctype.startswith("text/plain"):
@@ -139,6 +150,35 @@ if "status.json" not in page or not ctype.startswith("text/html"):
     fail("/ is not the status page")
 if re.search(r"""(src|href)=["']?(https?:)?//""", page):
     fail("the status page loads something from another host")
+
+# 64 stuck clients at once (some sent half a request, some a whole one and never read): a scrape
+# is still answered at once, and the server drops each of them after its 2 s.
+stuck = [socket.create_connection(("127.0.0.1", port)) for _ in range(64)]
+for k, s in enumerate(stuck):
+    if k % 4 == 1:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+    elif k % 4 == 2:
+        s.sendall(b"GET /status.json HTTP/1.1\r\nHost: x\r\n\r\n")  # never read
+held_at = time.monotonic()
+status, _, text = get(base + "/metrics")
+answered = time.monotonic() - held_at
+parse(text)
+if status != 200 or answered > 1.0:
+    fail(f"with 64 stuck clients /metrics took {answered:.2f} s (status {status})")
+for s in stuck:
+    s.settimeout(10)
+    try:
+        while s.recv(65536):  # an answer, then the end; or the end alone
+            pass
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        fail(f"a stuck client was still connected {time.monotonic() - held_at:.1f} s after it connected")
+    s.close()
+dropped = time.monotonic() - held_at
+if dropped > 4.0:
+    fail(f"the stuck clients were dropped only after {dropped:.1f} s")
+print(f"64 stuck clients: /metrics answered in {answered * 1e3:.0f} ms, all dropped within {dropped:.1f} s")
 
 if not run.alive():
     fail(f"the run ended early ({run.p.returncode})")
