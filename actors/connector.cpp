@@ -42,6 +42,7 @@ struct ConnectorState {
   std::uint64_t sequence = 0;
   double last_echo = 0.0;
   int sessions = 0;
+  bool over = false;  // the syncer said the run is over: no more dialing
 };
 
 caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::shared_ptr<Runtime> rt,
@@ -60,6 +61,7 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
   auto retry = [self, net, log, o](const std::string& what) {
     auto& st = self->state;
     st.dialing = false;
+    if (st.over) return;
     ++st.failures;
     if (o.max_attempts > 0 && st.failures >= o.max_attempts) {
       log("giving up after " + std::to_string(st.failures) + " failed attempts: " + what);
@@ -80,6 +82,27 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
       log("session lost: " + what);
     }
   };
+  // The syncer's word that the run is over (a RunOver frame): told once, the connector ends.
+  // Anything else in its place is refused as a broken answer (counted in the process's gateway
+  // record: a site process has no gateway of its own), and the site dials again.
+  auto hear_over = [self, rt, log, o, retry](const WireFrame& w) {
+    auto msg = decode_message(detail::bytes_of(w));
+    if (!msg || !std::holds_alternative<RunOver>(*msg)) {
+      detail::refuse(self, *rt, rt->gateway.refused,
+                     "connector " + o.site + ": run-over word: " +
+                         (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
+                     msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
+      retry("a broken run-over word from the syncer");
+      return;
+    }
+    auto& st = self->state;
+    if (st.over) return;
+    st.over = true;
+    const auto& ro = std::get<RunOver>(*msg);
+    log("the syncer says the run is over (" + std::string(to_string(ro.outcome)) + ": " + ro.reason + "); not reconnecting");
+    if (o.on_run_over) o.on_run_over(ro);
+    self->quit();
+  };
   auto authenticate = [=](caf::actor gw) {
     self->request(gw, std::chrono::seconds(10), hello_atom::value, o.site, frame_of(cert))
         .then(
@@ -99,6 +122,10 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
                         auto& st = self->state;
                         st.dialing = false;
                         st.failures = 0;
+                        if (!s.over.bytes.empty()) {
+                          hear_over(s.over);
+                          return;
+                        }
                         if (!s.relay) {
                           retry("session without a relay");
                           return;
@@ -118,7 +145,7 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
   };
   auto dial = [=] {
     auto& st = self->state;
-    if (st.dialing || st.relay) return;
+    if (st.dialing || st.relay || st.over) return;
     st.dialing = true;
     if (st.gateway) {
       authenticate(st.gateway);
@@ -170,6 +197,10 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
           }
         }
         self->delayed_send(self, ms(net.heartbeat_ms), pulse_atom::value);
+      },
+      [=](over_atom, const WireFrame& w) {
+        auto from = self->current_sender();
+        if (self->state.relay && from && from->address() == self->state.relay.address()) hear_over(w);
       },
       [=](beat_atom, const WireFrame& w) {
         auto msg = decode_message(detail::bytes_of(w));

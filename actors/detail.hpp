@@ -126,4 +126,14 @@ double send_over_link(caf::event_based_actor* self, Runtime& rt, int island, boo
   return actors::send_over_link(self, rt.links, rt.t0.load(), island, up, dest, atom, std::move(w));
 }
 
+/// The syncer's (or the parameter server's) answer to island `island`'s join request: `reply`
+/// sent to `who` over the island's link, its bytes counted and the join reported (at `round`).
+inline void welcome(caf::event_based_actor* self, Runtime& rt, int island, const caf::actor& who, const JoinReply& reply,
+                    std::uint64_t round) {
+  auto w = to_wire(encode_message(reply));
+  rt.syncer.bytes_down += w.bytes.size();
+  rt.emit(Event::joined(now_s(self), island, round));
+  send_over_link(self, rt, island, false, who, welcome_atom::value, std::move(w));
+}
+
 }  // namespace diloco::actors::detail

@@ -16,6 +16,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
@@ -134,6 +135,15 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
         hb.sender = syncer_id;  // echo: the site measures the round trip with its own clock
         self->send(self->state.connector, beat_atom::value, detail::to_wire(encode_message(hb)));
       },
+      [=](over_atom a, const WireFrame& w) {
+        // From the gateway of this process only: the run is over, the site is told.
+        auto from = self->current_sender();
+        if (!from || from->node() != self->node()) {
+          refuse("run-over word not from this syncer");
+          return;
+        }
+        self->send(self->state.connector, a, w);
+      },
       [=](pulse_atom) {
         const double silent = detail::now_s(self) - self->state.last_heard;
         if (silent > timeout) {
@@ -158,6 +168,8 @@ struct GatewayState {
   std::map<caf::actor_addr, Pending> pending;  // by the connector asking
   std::map<int, caf::actor> sessions;          // site → its live relay (erased when the relay ends)
   std::map<int, caf::node_id> nodes;           // site → the node of its live session
+  WireFrame over;                              // the run is over: this RunOver frame, the answer to every site
+  std::string over_text;                       // ... as log lines say it
 };
 
 caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
@@ -178,7 +190,29 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         return;
       }
   });
+  auto told = [self, rt, o](int site, const std::string& how) {
+    ++rt->gateway.run_over_sent;
+    rt->gateway.told_over[static_cast<std::size_t>(site)] = true;
+    if (o.log) o.log("site " + site_name(rt->cfg, site) + " " + how + ": run over (" + self->state.over_text + ")");
+  };
   return {
+      [=](over_atom a, const WireFrame& w) {
+        // From this process only (the app); a peer cannot end the run.
+        auto from = self->current_sender();
+        if (!from || from->node() != self->node()) {
+          refuse("run-over word not from this syncer's process");
+          return;
+        }
+        auto msg = decode_message(detail::bytes_of(w));
+        if (!msg || !std::holds_alternative<RunOver>(*msg) || !self->state.over.bytes.empty()) return;
+        const auto& ro = std::get<RunOver>(*msg);
+        self->state.over = w;
+        self->state.over_text = std::string(to_string(ro.outcome)) + ": " + ro.reason;
+        for (const auto& [site, relay] : self->state.sessions) {
+          self->send(relay, a, w);
+          told(site, "told in session");
+        }
+      },
       [=](hello_atom, const std::string& site, const WireFrame& cert) -> caf::result<WireFrame> {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (!from) return refuse("hello without a sender");
@@ -201,9 +235,15 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
           auto why = verify_site_proof(o.ca_file, x.cert, x.site, challenge_message(x.site, x.nonce), sig.bytes);
           if (!why.empty()) return refuse("site '" + x.site + "' not authenticated: " + why);
         }
+        const int site = site_index(rt->cfg, x.site);
+        if (!self->state.over.bytes.empty()) {  // proven, but the run ended: no session, the word that it is over
+          SiteSession s;
+          s.over = self->state.over;
+          told(site, "joined after the run ended, told");
+          return s;
+        }
         auto syncer = rt->dir.syncer();
         if (!syncer) return caf::make_error(caf::sec::request_receiver_down, "the syncer is restarting");
-        const int site = site_index(rt->cfg, x.site);
         auto& relay = self->state.sessions[site];
         // One live session per site: a second claimant (another process for the same site) is
         // refused until the first one's session ends; it never displaces it.
@@ -249,6 +289,20 @@ std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at,
 
 caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o) {
   return sys.spawn(gateway_actor, std::move(rt), std::move(o));
+}
+
+void tell_run_over(const caf::actor& gateway, const RunOver& o) {
+  caf::scoped_actor self{gateway.home_system()};
+  self->send(gateway, session::over_atom::value, detail::to_wire(encode_message(o)));
+}
+
+bool every_site_told(const Runtime& rt) {
+  for (int s = 0; s < site_count(rt.cfg); ++s) {
+    if (rt.gateway.told_over[static_cast<std::size_t>(s)].load()) continue;
+    for (int i : islands_of_site(rt.cfg, s))
+      if (!rt.syncer.finished[static_cast<std::size_t>(i)].load()) return false;
+  }
+  return true;
 }
 
 caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway) {

@@ -99,10 +99,7 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
         st.islands[id] = who;
         self->monitor(who);
         rt->syncer.finished[static_cast<std::size_t>(id)] = false;
-        auto reply = detail::to_wire(encode_message(st.ddp->join_reply()));
-        rt->syncer.bytes_down += reply.bytes.size();
-        rt->emit(Event::joined(detail::now_s(self), id, st.ddp->step()));
-        detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
+        detail::welcome(self, *rt, id, who, st.ddp->join_reply(), st.ddp->step());
       },
       [=](progress_atom, const WireFrame& w) {
         // Only a diverged island's report matters here (admit_progress stops the run): the

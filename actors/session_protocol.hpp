@@ -17,6 +17,7 @@ using prove_atom = caf::atom_constant<caf::atom("dl_prove")>;   // site → gate
 using beat_atom = caf::atom_constant<caf::atom("dl_beat")>;     // site ↔ relay: Heartbeat frame
 using redial_atom = caf::atom_constant<caf::atom("dl_redial")>; // connector → itself: try again
 using pulse_atom = caf::atom_constant<caf::atom("dl_pulse")>;   // relay / connector → itself: timer
+using over_atom = caf::atom_constant<caf::atom("dl_over")>;     // app → gateway → relay → site: RunOver frame
 
 inline std::chrono::microseconds ms(double x) { return detail::micros(x / 1000.0); }
 

@@ -226,10 +226,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         st.islands[id] = who;
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
-        auto reply = detail::to_wire(encode_message(st.core->join_reply()));
-        rt->syncer.bytes_down += reply.bytes.size();
-        rt->emit(Event::joined(detail::now_s(self), id, st.core->global_round()));
-        detail::send_over_link(self, *rt, id, false, who, welcome_atom::value, std::move(reply));
+        detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
       },
       [=](progress_atom, const WireFrame& w) {
         auto& st = self->state;

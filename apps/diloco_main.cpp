@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
                        "(without it such a file is refused)");
   site_cmd->add_option("--site", net.site, "this process's site name (a [[sites]] name)")->required();
   site_cmd->add_option("--connect", net.endpoint, "HOST:PORT of the syncer (default: net.listen)");
-  site_cmd->add_option("--max-attempts", net.max_attempts, "give up after this many failed attempts in a row (0: never)")
+  site_cmd->add_option("--max-attempts", net.max_attempts, "give up after this many failed attempts in a row (0: never, while the run may still be going; a site the syncer told that the run is over exits)")
       ->capture_default_str();
 
   for (auto* c : {run_cmd, syncer_cmd, site_cmd, demo_cmd}) log.add_to(c);

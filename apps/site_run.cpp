@@ -82,6 +82,30 @@ std::optional<diloco::actors::TlsFiles> tls_of(const NetFlags& f, const diloco::
   return diloco::actors::tls_files(f.certs.empty() ? cfg.net.certs : f.certs, who);
 }
 
+/// What the syncer tells its sites when its watch ended `end`.
+diloco::RunOver run_over_of(const WatchEnd& end) {
+  using diloco::RunOutcome;
+  switch (end.how) {
+    case WatchEnd::How::tree_failed: return {RunOutcome::failed, "the syncer's supervision tree stopped"};
+    case WatchEnd::How::stopped: return {RunOutcome::stopped, end.why};
+    case WatchEnd::How::final_sync_expired:
+      return {RunOutcome::finished, "every island trained its budget; the final sync expired"};
+    case WatchEnd::How::done: break;
+  }
+  return {RunOutcome::finished, "every island finished"};
+}
+
+/// After the run ended, the syncer stays for the sites it has not told yet (a site whose
+/// islands all finished needs no telling): a site that lost its session notices within
+/// net.timeout_ms and dials again within net.reconnect_max_ms, so it waits at most that long.
+/// Then a moment for the last words to leave.
+void linger_until_told(const diloco::actors::Runtime& rt, const diloco::NetConfig& net) {
+  const auto until = Clock::now() + std::chrono::duration<double, std::milli>(net.timeout_ms + net.reconnect_max_ms);
+  while (!diloco::actors::every_site_told(rt) && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+}
+
 }  // namespace
 
 int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
@@ -229,10 +253,27 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
     if (*monitor) (*monitor)->sample();
     std::fflush(stdout);
   });
+  // The sites are told that the run is over (those in session now, the others when they come
+  // back), so that none retries for ever against a syncer that is gone.
+  const RunOver over = run_over_of(end);
+  tell_run_over(gateway, over);
+  const auto told_all = [&] {
+    linger_until_told(*rt, cfg.net);
+    int sites = 0;
+    for (const auto& t : rt->gateway.told_over) sites += t.load() ? 1 : 0;
+    std::printf("run over (%s): %d sites told (%llu run-over frames sent)\n", std::string(to_string(over.outcome)).c_str(),
+                sites, static_cast<unsigned long long>(rt->gateway.run_over_sent.load()));
+    std::fflush(stdout);
+  };
   switch (end.how) {
-    case WatchEnd::How::tree_failed: spdlog::error("the syncer's supervision tree stopped"); return 1;
+    case WatchEnd::How::tree_failed:
+      spdlog::error("the syncer's supervision tree stopped");
+      told_all();
+      caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+      return 1;
     case WatchEnd::How::stopped:
       spdlog::error("run stopped: {}", end.why);
+      told_all();
       caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
       return 1;
@@ -260,6 +301,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                    {"seconds", secs},
                    {"bytes_accounted", rt->tally().bytes_sent},
                    {"rejected", rt->tally().rejected}});
+  told_all();
   caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   return 0;
@@ -305,6 +347,27 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   co.max_attempts = f.max_attempts;
   co.log = [tl, name = f.site](const std::string& s) { tl->line(name + ": " + s); };
   co.on_give_up = [gave_up] { gave_up->store(true); };
+  // The syncer's word that the run is over, set once from the connector's thread.
+  struct Told {
+    std::mutex mu;
+    std::optional<RunOver> over;
+    std::optional<RunOver> get() {
+      std::lock_guard lk(mu);
+      return over;
+    }
+  };
+  auto told = std::make_shared<Told>();
+  co.on_run_over = [told](const RunOver& o) {
+    std::lock_guard lk(told->mu);
+    told->over = o;
+  };
+  // The site ends with the run: exit 0 if it finished, 1 if it stopped or failed.
+  auto run_over_exit = [&f](const RunOver& o) {
+    std::printf("site %s: run over, told by the syncer (%s): %s\n", f.site.c_str(), std::string(to_string(o.outcome)).c_str(),
+                o.reason.c_str());
+    std::fflush(stdout);
+    return o.outcome == RunOutcome::finished ? 0 : 1;
+  };
   auto already_finished = std::make_shared<std::atomic<bool>>(false);
   co.on_session = [rt, first, mine, already_finished](const SiteSession& s) {
     if (first->load()) return;
@@ -332,7 +395,9 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
               cfg.islands.chips, to.host.c_str(), to.port, tls ? "mutual TLS" : "INSECURE");
   std::fflush(stdout);
   auto connector = spawn_connector(sys, rt, co);
-  while (!first->load() && !gave_up->load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  while (!first->load() && !gave_up->load() && !told->get())
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (auto o = told->get()) return run_over_exit(*o);  // joined after the run ended: nothing to train
   if (gave_up->load()) {
     std::printf("site %s: could not join the syncer\n", f.site.c_str());
     return 3;
@@ -359,7 +424,12 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   // The final sync waits for the merges of the islands' last contributions, at most
   // train.final_sync_s after their last steps.
   WatchRules rules;
-  rules.done = [&] { return rt->tally().islands_done >= static_cast<int>(mine.size()); };
+  // The syncer's word that the run finished ends the site as its own end would; a run stopped
+  // or failed there stops it.
+  rules.done = [&] {
+    auto o = told->get();
+    return rt->tally().islands_done >= static_cast<int>(mine.size()) || (o && o->outcome == RunOutcome::finished);
+  };
   rules.trained = [&] {
     for (int i : mine)
       if (!rt->budget_spent(rt->islands[static_cast<std::size_t>(i)].step.load())) return false;
@@ -367,10 +437,20 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   };
   rules.final_sync_s = cfg.train.final_sync_s;
   rules.failed = [&] { return tree_failed->load(); };
-  rules.stopped = [&] { return rt->stopped(); };
+  rules.stopped = [&]() -> std::optional<std::string> {
+    if (auto why = rt->stopped()) return why;
+    if (auto o = told->get(); o && o->outcome != RunOutcome::finished) return "the syncer ended the run";
+    return std::nullopt;
+  };
   const auto end = watch(rules, [&] {
     if (*monitor) (*monitor)->sample();
   });
+  if (auto o = told->get(); o && !rt->stopped()) {
+    if (const int code = run_over_exit(*o); code != 0) {
+      caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+      return code;
+    }
+  }
   switch (end.how) {
     case WatchEnd::How::tree_failed: spdlog::error("site {}: the supervision tree stopped", f.site); return 1;
     case WatchEnd::How::stopped:

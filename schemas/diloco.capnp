@@ -73,6 +73,21 @@ struct Heartbeat {
   sentAtNanos @2 :UInt64;    # sender's clock, passed in by the caller
 }
 
+# How a run ended, in the syncer's word to its sites (RunOver).
+enum RunOutcome {
+  finished @0;   # every island trained its budget (or the final sync expired): exit 0
+  stopped @1;    # the run cannot go on (an island or the syncer diverged): exit 1
+  failed @2;     # the syncer's supervision tree stopped: exit 1
+}
+
+# syncer -> site: the run is over. Pushed to every site in session when the run ends, and the
+# answer to a site that proves itself after that: it stops retrying and exits, instead of taking
+# the closed connection of a syncer that is gone for a syncer that is restarting.
+struct RunOver {
+  outcome @0 :RunOutcome;
+  reason @1 :Text;           # for the site's log, at most 400 bytes
+}
+
 struct Envelope {
   version @0 :UInt16;
   union {
@@ -81,5 +96,6 @@ struct Envelope {
     joinRequest @3 :JoinRequest;
     joinReply @4 :JoinReply;
     heartbeat @5 :Heartbeat;
+    runOver @6 :RunOver;
   }
 }

@@ -8,7 +8,6 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "diloco/data.hpp"
 #include "diloco/island_core.hpp"
 #include "diloco/loops.hpp"
+#include "coordinated.hpp"
 #include "core_fixtures.hpp"
 
 using namespace diloco;
@@ -40,30 +40,21 @@ RunConfig lockstep_config(const std::string& mode, int chips, int P, int tau) {
 
 /// The runtime on the test coordinator, run until every island is done.
 struct Run {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
+  diloco::testing::Coordinated co;
   std::shared_ptr<Runtime> rt;
   std::vector<Event> events;
   caf::actor root;
 
   explicit Run(RunConfig c) {
     BOOST_REQUIRE(validate(c).empty());
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    add_runtime_types(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
-    auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
     rt = std::make_shared<Runtime>(std::move(c), [this](const Event& e) { events.push_back(e); });
-    root = spawn_runtime(*sys, rt);
-    for (int k = 0; k < 20000 && rt->tally().islands_done < rt->cfg.train.islands; ++k) {
-      sched.run();
-      if (!sched.has_pending_timeout()) break;
-      sched.trigger_timeout();
-    }
+    root = spawn_runtime(*co.sys, rt);
+    co.settle_until_done(*rt);
     BOOST_REQUIRE_MESSAGE(rt->tally().islands_done == rt->cfg.train.islands, "the run did not finish");
   }
   ~Run() {
     caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
-    dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler()).run();
+    co.sched->run();
   }
   std::vector<float> global() {
     return rt->syncer.global().first;

@@ -7,7 +7,6 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
 
 #include <cmath>
@@ -22,6 +21,7 @@
 #include "diloco/actors/runtime.hpp"
 #include "diloco/loops.hpp"
 #include "diloco/syncer_core.hpp"
+#include "coordinated.hpp"
 
 using namespace diloco;
 using namespace diloco::actors;
@@ -62,10 +62,7 @@ FaultSpec step_fault(const std::string& kill, int island, int chip, long at_step
   return f;
 }
 
-struct World {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  caf::scheduler::test_coordinator* sched = nullptr;
+struct World : diloco::testing::Coordinated {
   std::shared_ptr<Runtime> rt;
   std::vector<Event> events;
   std::vector<SupervisionEvent> sup;
@@ -76,10 +73,6 @@ struct World {
   /// `before` runs on the Runtime before anything is spawned; `what` says which units run.
   explicit World(RunConfig c, std::function<void(Runtime&)> before = {}, SpawnSet what = {}) {
     BOOST_REQUIRE(validate(c).empty());
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    add_runtime_types(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
-    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
     rt = std::make_shared<Runtime>(std::move(c), [this](const Event& e) {
       events.push_back(e);
       if (hook) hook(e);
@@ -93,13 +86,8 @@ struct World {
   }
   // Runs messages and timers until every island finished its steps (or nothing is left).
   void settle(bool require_done = true) {
-    for (int i = 0; i < 20000; ++i) {
-      sched->run();
-      if (require_done && rt->tally().islands_done == rt->cfg.train.islands) return;
-      if (!sched->has_pending_timeout()) break;
-      sched->trigger_timeout();
-    }
-    if (require_done) BOOST_FAIL("the run did not finish");
+    if (!require_done) Coordinated::settle();
+    else if (!settle_until_done(*rt)) BOOST_FAIL("the run did not finish");
   }
   int started(const std::string& supervisor, const std::string& child) const {
     int n = 0;

@@ -7,7 +7,6 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
 
 #include <cmath>
@@ -21,6 +20,7 @@
 #include "diloco/model_registry.hpp"
 #include "diloco/rng.hpp"
 #include "diloco/torchscript.hpp"
+#include "coordinated.hpp"
 
 using namespace diloco;
 
@@ -136,23 +136,15 @@ BOOST_AUTO_TEST_CASE(a_decoupled_run_trains_on_torchscript_chips_through_a_chip_
   c.faults.push_back(kill);
   BOOST_REQUIRE(validate(c).empty());
 
-  caf::actor_system_config sc;
-  sc.set("scheduler.policy", caf::atom("testing"));
-  actors::add_runtime_types(sc);
-  caf::actor_system sys(sc);
-  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  diloco::testing::Coordinated co;
   std::vector<Event> events;
   std::vector<actors::SupervisionEvent> sup;
   auto rt = std::make_shared<actors::Runtime>(c, [&](const Event& e) { events.push_back(e); });
-  auto root = actors::spawn_runtime(sys, rt, [&](const actors::SupervisionEvent& e) { sup.push_back(e); });
-  for (int k = 0; k < 20000 && rt->tally().islands_done < c.train.islands; ++k) {
-    sched.run();
-    if (!sched.has_pending_timeout()) break;
-    sched.trigger_timeout();
-  }
+  auto root = actors::spawn_runtime(*co.sys, rt, [&](const actors::SupervisionEvent& e) { sup.push_back(e); });
+  co.settle_until_done(*rt);
   BOOST_REQUIRE_MESSAGE(rt->tally().islands_done == c.train.islands, "the run did not finish");
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
-  sched.run();
+  co.sched->run();
 
   double first = 0.0, last = 0.0;
   int n_first = 0, n_last = 0, full_after_kill = 0;

@@ -232,6 +232,7 @@ BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
       Message(JoinRequest{2, 9}),
       Message(JoinReply{{fm, fm}}),
       Message(Heartbeat{-1, 42, 1'000'000'007}),
+      Message(RunOver{RunOutcome::stopped, "island 2 reported that it diverged at step 7"}),
   };
   for (const auto& m : msgs) {
     const Frame f = encode_message(m);
@@ -273,6 +274,20 @@ BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
   BOOST_TEST(h.sender == -1);
   BOOST_TEST(h.sequence == 42u);
   BOOST_TEST(h.sent_at_ns == 1'000'000'007u);
+  auto o = std::get<RunOver>(*decode_message(encode_message(msgs[5])));
+  BOOST_TEST((o.outcome == RunOutcome::stopped));
+  BOOST_TEST(o.reason == "island 2 reported that it diverged at step 7");
+}
+
+BOOST_AUTO_TEST_CASE(a_run_over_reason_is_cut_to_its_limit_when_sent) {
+  // Two-byte characters: the cut falls on a character boundary, never inside one.
+  std::string why = "x";  // the limit falls inside a character: the cut goes back to its start
+  while (why.size() < 2 * max_run_over_reason) why += "\xc3\xa9";
+  auto o = decode_message(encode_message(RunOver{RunOutcome::finished, why}));
+  BOOST_TEST_REQUIRE(o.has_value());
+  const auto& got = std::get<RunOver>(*o).reason;
+  BOOST_TEST(got.size() == max_run_over_reason - 1);
+  BOOST_TEST(why.compare(0, got.size(), got) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(malformed_frames_are_rejected_with_their_reason_and_counted) {

@@ -69,8 +69,10 @@ std::string describe_message(const Message& m, std::size_t frame_bytes) {
         } else if constexpr (std::is_same_v<T, JoinReply>) {
           o << "  " << msg.fragments.size() << " global fragments\n";
           for (const auto& f : msg.fragments) describe_fragment(o, f, "    ");
-        } else {
+        } else if constexpr (std::is_same_v<T, Heartbeat>) {
           o << "  sender " << msg.sender << ", sequence " << msg.sequence << ", sent at " << msg.sent_at_ns << " ns\n";
+        } else {
+          o << "  run " << to_string(msg.outcome) << ": " << msg.reason << "\n";
         }
       },
       m);

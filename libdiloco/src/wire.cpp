@@ -170,7 +170,7 @@ Expected<Peek> peek(Words w) {
     if (p.version != protocol_version)
       return Error{errc::unsupported_version, "protocol version " + num(p.version) + ", this build speaks " + num(protocol_version)};
     const auto which = static_cast<unsigned>(env.which());
-    if (which > static_cast<unsigned>(MessageType::heartbeat))
+    if (which > static_cast<unsigned>(MessageType::run_over))
       return Error{errc::unexpected_message, "unknown message type " + num(which)};
     // The union's members are declared in MessageType order.
     p.type = static_cast<MessageType>(which);
@@ -307,13 +307,22 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       auto h = env.getHeartbeat();
       return Message(Heartbeat{h.getSender(), h.getSequence(), h.getSentAtNanos()});
     }
+    case MessageType::run_over: {
+      auto o = env.getRunOver();
+      const auto outcome = static_cast<unsigned>(o.getOutcome());
+      if (outcome > static_cast<unsigned>(RunOutcome::failed)) return Error{errc::malformed, "unknown run outcome " + num(outcome)};
+      auto why = o.getReason();
+      if (why.size() > max_run_over_reason)
+        return Error{errc::wrong_length, "run-over reason of " + num(why.size()) + " bytes, limit " + num(max_run_over_reason)};
+      return Message(RunOver{static_cast<RunOutcome>(outcome), std::string(why.cStr(), why.size())});
+    }
   }
   return Error{errc::unexpected_message, "unknown message type"};
 }
 
 std::size_t overall_max_bytes(const WireLimits& l) {
   std::size_t m = 0;
-  for (int t = 0; t <= static_cast<int>(MessageType::heartbeat); ++t) m = std::max(m, max_frame_bytes(static_cast<MessageType>(t), l));
+  for (int t = 0; t <= static_cast<int>(MessageType::run_over); ++t) m = std::max(m, max_frame_bytes(static_cast<MessageType>(t), l));
   return m;
 }
 
@@ -326,8 +335,18 @@ std::string_view to_string(MessageType t) {
     case MessageType::join_request: return "join_request";
     case MessageType::join_reply: return "join_reply";
     case MessageType::heartbeat: return "heartbeat";
+    case MessageType::run_over: return "run_over";
   }
   return "unknown";
+}
+
+std::string_view to_string(RunOutcome e) {
+  switch (e) {
+    case RunOutcome::finished: return "finished";
+    case RunOutcome::stopped: return "stopped";
+    case RunOutcome::failed: return "failed";
+  }
+  return "?";
 }
 
 std::string_view to_string(FragmentKind k) {
@@ -349,6 +368,7 @@ std::size_t max_frame_bytes(MessageType t, const WireLimits& l) {
     case MessageType::progress: return kSmallMessageBytes + 40 * l.max_fragments;
     case MessageType::join_request:
     case MessageType::heartbeat: return kSmallMessageBytes;
+    case MessageType::run_over: return kSmallMessageBytes + max_run_over_reason;
     case MessageType::join_reply: return kSmallMessageBytes * (1 + l.max_fragments) + 5 * l.max_model_values;
   }
   return kSmallMessageBytes;
@@ -358,6 +378,7 @@ Frame encode_message(const Message& m) {
   std::size_t words = kSmallMessageBytes / 8;
   if (auto* f = std::get_if<FragmentMessage>(&m)) words += fragment_words(*f);
   if (auto* p = std::get_if<ProgressMessage>(&m)) words += 5 * p->fragments.size();
+  if (std::holds_alternative<RunOver>(m)) words += max_run_over_reason / 8 + 1;
   if (auto* j = std::get_if<JoinReply>(&m))
     for (const auto& f : j->fragments) words += fragment_words(f);
   FrameBuilder b(words);
@@ -388,11 +409,18 @@ Frame encode_message(const Message& m) {
         } else if constexpr (std::is_same_v<T, JoinReply>) {
           auto list = env.initJoinReply().initFragments(static_cast<unsigned>(msg.fragments.size()));
           for (unsigned i = 0; i < msg.fragments.size(); ++i) fill_fragment(list[i], msg.fragments[i]);
-        } else {
+        } else if constexpr (std::is_same_v<T, Heartbeat>) {
           auto h = env.initHeartbeat();
           h.setSender(msg.sender);
           h.setSequence(msg.sequence);
           h.setSentAtNanos(msg.sent_at_ns);
+        } else {
+          auto o = env.initRunOver();
+          o.setOutcome(static_cast<schema::RunOutcome>(msg.outcome));
+          // Cut to the limit a receiver holds it to (at a UTF-8 boundary).
+          std::size_t n = std::min(msg.reason.size(), max_run_over_reason);
+          while (n > 0 && n < msg.reason.size() && (static_cast<unsigned char>(msg.reason[n]) & 0xC0) == 0x80) --n;
+          o.setReason(kj::StringPtr(msg.reason.substr(0, n).c_str()));
         }
       },
       m);

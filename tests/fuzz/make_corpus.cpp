@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   put("wire_message", "join_request", encode_message(JoinRequest{3, 2}));
   put("wire_message", "join_reply", encode_message(JoinReply{{gm, gm}}));
   put("wire_message", "heartbeat", encode_message(Heartbeat{-1, 17, 123456789}));
+  put("wire_message", "run_over", encode_message(RunOver{RunOutcome::stopped, "island 1 reported that it diverged at step 3"}));
 
   // codec: [encoding][block u32][count u16][scales][payload]
   for (auto e : encs) {

@@ -1,9 +1,11 @@
 """Child processes of a multi-process test: output lines collected with arrival times,
 patterns waited for while the process makes progress, every child killed and the work directory removed on the
-way out (fail() prints each child's last output first). Shared by the sites tests."""
+way out (fail() prints each child's last output first), and a run with its --http status page. Shared by the
+multi-process tests."""
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -100,3 +102,24 @@ def cleanup():
 def mkcerts(src, out, *names):
     subprocess.run([os.path.join(src, "scripts", "make-certs.sh"), out, *names], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_with_http(diloco, src, *settings):
+    """`diloco run configs/decoupled.toml --http PORT --set KEY=VALUE...`, returned once its status
+    page listens and training is under way (the first global round): (the run, its base URL)."""
+    port = free_port()
+    args = [diloco, "run", f"{src}/configs/decoupled.toml", "--http", str(port)]
+    for kv in settings:
+        args += ["--set", kv]
+    run = Proc("run", args, src)
+    run.wait_for(r"status page and metrics: http://127\.0\.0\.1:%d/" % port, 30)
+    run.wait_for(r"^\s+1\s+[0-9.]+", 60)  # the first global round
+    return run, f"http://127.0.0.1:{port}"

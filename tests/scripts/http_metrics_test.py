@@ -16,21 +16,13 @@ import time
 import urllib.request
 
 import harness
-from harness import Proc, fail
+from harness import fail
 
 DILOCO, SRC = sys.argv[1], sys.argv[2]
 OPENBLAS = "--openblas" in sys.argv[3:]
 NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def get(url):
@@ -75,12 +67,8 @@ def value(samples, name, **labels):
     return samples[key]
 
 
-port = free_port()
-run = Proc("run", [DILOCO, "run", f"{SRC}/configs/decoupled.toml", "--http", str(port), "--set", "train.steps=3000",
-                   "--set", "wan.enabled=true"], SRC)
-run.wait_for(r"status page and metrics: http://127\.0\.0\.1:%d/" % port, 30)
-run.wait_for(r"^\s+1\s+[0-9.]+", 60)  # the first global round
-base = f"http://127.0.0.1:{port}"
+run, base = harness.run_with_http(DILOCO, SRC, "train.steps=3000", "wan.enabled=true")
+port = int(base.rsplit(":", 1)[1])
 if OPENBLAS:
     with open(f"/proc/{run.p.pid}/maps") as f:
         blas = sorted({line.split()[-1] for line in f if "blas" in line.split()[-1]})

@@ -6,8 +6,11 @@ killed with kill -9 and restarted on the same state: it must still know that sit
 site-b's islands finished. site-a started again is told it is done and exits 0 without
 training; site-c then trains, and the syncer ends the run once it finished.
 
-Then a run whose islands diverge (inner lr 1e30): each site ends with exit 1 naming the
-divergence, and the syncer, told by the islands, ends too (exit 1) instead of waiting for them.
+Then a run whose islands diverge (inner lr 1e30): site-a and site-b end with exit 1 naming the
+divergence, and the syncer, told by the islands, ends the run instead of waiting for them. site-c,
+started only then and retrying for ever (--max-attempts 0), is told by the syncer that the run is
+over and exits 1 without training; the syncer, every site told, exits 1. With no syncer at all a
+site keeps retrying until --max-attempts.
 
 usage: sites_finish_test.py DILOCO SOURCE_DIR
 """
@@ -72,14 +75,38 @@ print(f"{now():7.2f}s the restarted syncer ended the run once site-c finished")
 
 state = os.path.join(WORK, "state-diverging")
 DIVERGE = ["--set", "inner.lr=1e30"]
-s3, port = syncer("syncer-diverging", "127.0.0.1:0", DIVERGE)
-sites = [site(n, port, label=f"{n}-diverging", extra=DIVERGE) for n in ("site-a", "site-b", "site-c")]
+# The syncer waits for the sites it has not told that the run is over at most
+# net.timeout_ms + net.reconnect_max_ms: widened here so that a slow start of site-c fits.
+s3, port = syncer("syncer-diverging", "127.0.0.1:0", DIVERGE + ["--set", "net.reconnect_max_ms=20000"])
+sites = [site(n, port, label=f"{n}-diverging", extra=DIVERGE) for n in ("site-a", "site-b")]
+STOPPED = r"run stopped: island \d diverged|run over, told by the syncer \(stopped\): island \d reported that it diverged"
 for p in sites:
     if p.wait_exit(60) != 1:
         fail(f"{p.name} exited {p.p.returncode}, expected 1 (its island diverged)")
-    p.wait_for(r"run stopped: island \d diverged", 5)
+    p.wait_for(STOPPED, 5)
+s3.wait_for(r"run stopped: island \d reported that it diverged", 30)
+if not s3.alive():
+    fail("the syncer of a diverging run ended before site-c, which never joined, was told the run is over")
+print(f"{now():7.2f}s site-a and site-b diverged, the syncer ended the run; site-c starts only now")
+
+# site-c joins after the run ended, retrying for ever (--max-attempts 0): it is told that the
+# run is over and exits 1 at once, without training; the syncer, every site told, exits 1.
+late = site("site-c", port, label="site-c-late", extra=DIVERGE + ["--max-attempts", "0"])
+if late.wait_exit(30) != 1:
+    fail(f"site-c, joining after the run ended, exited {late.p.returncode}, expected 1")
+late.wait_for(r"run over, told by the syncer \(stopped\): island \d reported that it diverged", 5)
+if late.matches(r"island \d step \d+ train loss"):
+    fail("site-c trained after the run had ended")
+s3.wait_for(r"site site-c joined after the run ended, told: run over \(stopped", 5)
 if s3.wait_exit(30) != 1:
     fail(f"the syncer of a diverging run exited {s3.p.returncode}, expected 1")
-s3.wait_for(r"island \d reported that it diverged", 5)
-print(f"PASS: a diverging run ends everywhere with exit 1; {now():.0f} s")
+s3.wait_for(r"run over \(stopped\): \d sites told", 5)
+print(f"{now():7.2f}s site-c, joining late, was told the run is over and exited 1")
+
+# With the syncer gone, a site told nothing retries for ever (the run may still be going):
+# only --max-attempts ends it.
+gone = site("site-c", port, label="site-c-no-syncer", extra=["--max-attempts", "3"])
+if gone.wait_exit(30) != 3:
+    fail(f"site-c with no syncer and --max-attempts 3 exited {gone.p.returncode}, expected 3")
+print(f"PASS: a diverging run ends everywhere with exit 1, a late site included; {now():.0f} s")
 cleanup()

@@ -5,27 +5,18 @@ usage: status_page_test.py DILOCO SOURCE_DIR [CHROMIUM]"""
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 
 import harness
-from harness import Proc, fail
+from harness import fail
 
 DILOCO, SRC = sys.argv[1], sys.argv[2]
 CHROMIUM = sys.argv[3] if len(sys.argv) > 3 else shutil.which("chromium")
 if not CHROMIUM:
     fail("chromium is not installed (scripts/setup.sh installs it)")
 ISLANDS = 3  # configs/decoupled.toml
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def render(url):
@@ -47,12 +38,8 @@ def steps(dom):
     return {int(i): int(s) for i, s in rows}
 
 
-port = free_port()
-run = Proc("run", [DILOCO, "run", f"{SRC}/configs/decoupled.toml", "--http", str(port), "--set", "train.steps=400",
-                   "--set", "inner.warmup_steps=20"], SRC)
-run.wait_for(r"status page and metrics: http://127\.0\.0\.1:%d/" % port, 30)
-run.wait_for(r"^\s+1\s+[0-9.]+", 60)  # training is under way
-url = f"http://127.0.0.1:{port}/"
+run, base = harness.run_with_http(DILOCO, SRC, "train.steps=400", "inner.warmup_steps=20")
+url = base + "/"
 
 first = steps(render(url))
 if sorted(first) != list(range(ISLANDS)):

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -80,8 +81,21 @@ struct Heartbeat {
   std::uint64_t sent_at_ns = 0;  // sender's clock, passed in by the caller
 };
 
-using Message = std::variant<FragmentMessage, ProgressMessage, JoinRequest, JoinReply, Heartbeat>;
-enum class MessageType : std::uint8_t { fragment = 0, progress, join_request, join_reply, heartbeat };
+/// How a run ended (RunOver): finished is a success; stopped (divergence) and failed are not.
+enum class RunOutcome : std::uint8_t { finished = 0, stopped, failed };
+std::string_view to_string(RunOutcome e);
+
+/// The syncer's word to a site that the run is over: pushed to the sites in session when it
+/// ends, and the answer to a site proving itself afterwards. The site stops retrying and exits
+/// (0 for finished, 1 otherwise) instead of taking a gone syncer for a restarting one.
+struct RunOver {
+  RunOutcome outcome = RunOutcome::finished;
+  std::string reason;  // for the site's log; at most max_run_over_reason bytes
+};
+inline constexpr std::size_t max_run_over_reason = 400;
+
+using Message = std::variant<FragmentMessage, ProgressMessage, JoinRequest, JoinReply, Heartbeat, RunOver>;
+enum class MessageType : std::uint8_t { fragment = 0, progress, join_request, join_reply, heartbeat, run_over };
 std::string_view to_string(MessageType t);
 std::string_view to_string(FragmentKind k);
 MessageType type_of(const Message& m);

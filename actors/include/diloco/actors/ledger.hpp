@@ -86,12 +86,15 @@ private:
   std::deque<std::pair<std::uint64_t, std::vector<float>>> new_rounds_;
 };
 
-/// Frames a process's gateway (sessions it refused) and each site's relay refused: each field
-/// written by its own actor.
+/// Frames a process's gateway (sessions it refused) and each site's relay refused, and which
+/// sites the gateway told that the run is over: each field written by its own actor.
 struct GatewayRecord {
-  explicit GatewayRecord(int sites) : relay_refused(static_cast<std::size_t>(sites)) {}
+  explicit GatewayRecord(int sites)
+      : relay_refused(static_cast<std::size_t>(sites)), told_over(static_cast<std::size_t>(sites)) {}
   std::atomic<std::uint64_t> refused{0};
   std::vector<std::atomic<std::uint64_t>> relay_refused;  // per site
+  std::atomic<std::uint64_t> run_over_sent{0};  // RunOver frames: pushed to a session or answered to a late site
+  std::vector<std::atomic<bool>> told_over;     // per site: told that the run is over
 };
 
 /// The ledger's figures at one moment, summed over the records (what progress lines print).

@@ -17,8 +17,10 @@
 #include <caf/meta/type_name.hpp>
 
 #include "diloco/actors/door.hpp"
+#include "diloco/actors/protocol.hpp"
 #include "diloco/actors/runtime.hpp"
 #include "diloco/door.hpp"
+#include "diloco/wire.hpp"
 
 namespace diloco::actors {
 
@@ -26,16 +28,18 @@ namespace diloco::actors {
 /// "syncer" in the directory), and the last step the syncer heard of from each of the site's
 /// islands, so that a restarted site process resumes them there instead of at step 0, and
 /// whether each already finished (its last contributions merged), so that a site restarted
-/// after its last step is told it is done instead of training again.
+/// after its last step is told it is done instead of training again. After the run ended the
+/// answer is `over` (a RunOver frame, wire.hpp) and no relay: the site exits instead of retrying.
 struct SiteSession {
   caf::actor relay;
   std::vector<std::int64_t> islands;
   std::vector<std::int64_t> steps;
   std::vector<std::int8_t> finished;  // 1: the island finished
+  WireFrame over;                     // non-empty: the run is over (RunOver frame)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SiteSession& x) {
-  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps, x.finished);
+  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps, x.finished, x.over);
 }
 
 /// A line for the process's timeline (who connected, was refused, was lost).
@@ -71,6 +75,12 @@ struct GatewayOptions {
 /// and gets a SiteSession whose relay checks every frame's sender and island before it reaches
 /// the syncer (refusals are counted as rejected).
 caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o);
+/// The run is over (`o`): the gateway tells every site in session now (through its relay) and
+/// answers every site that proves itself later with `o` instead of a session; each site told is
+/// marked in rt.gateway.told_over and counted in run_over_sent.
+void tell_run_over(const caf::actor& gateway, const RunOver& o);
+/// Every site was told that the run is over, or needs no telling (each of its islands finished).
+bool every_site_told(const Runtime& rt);
 /// Publishes the gateway to CAF's middleman on loopback (any free port; only the door reaches
 /// it); returns the bound port.
 caf::expected<std::uint16_t> publish_gateway(const caf::actor& gateway);
@@ -85,6 +95,9 @@ struct ConnectorOptions {
   int max_attempts = 0;                               // failed attempts in a row before giving up (0: never)
   std::function<void(const SiteSession&)> on_session; // every new session (on the connector's thread)
   std::function<void()> on_give_up;
+  /// The syncer said the run is over (in session or answering a join): the connector stops
+  /// retrying and ends; the app ends the site (on the connector's thread).
+  std::function<void(const RunOver&)> on_run_over;
   NetLog log;
 };
 /// Spawns the connector of a site process: connects, authenticates, puts the relay into the
