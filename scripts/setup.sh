@@ -8,9 +8,9 @@ packages=(cmake g++ make ninja-build pkg-config
           libspdlog-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
           nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece
           libtorch-dev python3-torch  # TorchScript chips (diloco::torch) and the modules its tests export
-          libcivetweb-dev gnuplot-nox chromium)
+          libcivetweb-dev gnuplot-nox chromium libopenblas-dev)
 # libcivetweb-dev serves --http; gnuplot-nox draws `diloco plot`; chromium renders the status page
-# in its test.
+# in its test; libopenblas-dev does the built-in models' matrix products (CMake requires it).
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(libopenblas0-pthread)
 fi
