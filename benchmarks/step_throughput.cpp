@@ -1,8 +1,10 @@
 // Training-step throughput of the byte GPT on one thread, against this machine's single-core
-// SGEMM peak (Eigen) and against PyTorch running the same architecture (step_throughput_torch.py).
+// SGEMM (the GEMM the chip itself multiplies with: OpenBLAS, or Eigen's under DILOCO_GEMM=eigen),
+// against the same chip on Eigen's own GEMM (a second run of this program with DILOCO_GEMM=eigen)
+// and against PyTorch running the same architecture (step_throughput_torch.py).
 //
 //   step_throughput [--batch 8] [--steps 50] [--warmup 5] [--n_embd 128] [--n_layer 4]
-//                   [--n_head 4] [--seq_len 64] [--no-torch]
+//                   [--n_head 4] [--seq_len 64] [--no-torch] [--no-eigen-gemm]
 //
 // The last line of output is one JSON object (for scripts); everything above it is for people.
 // GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 packet code.
@@ -26,6 +28,7 @@
 
 #include "diloco/model.hpp"
 #include "diloco/rng.hpp"
+#include "gemm.hpp"  // the library's private GEMM, so the SGEMM figure is the one the chip uses
 #ifdef DILOCO_HAS_TORCH
 #include "diloco/torchscript.hpp"
 #endif
@@ -47,6 +50,7 @@ struct Options {
   int steps = 50;
   int warmup = 5;
   bool torch = true;
+  bool eigen_gemm = true;  // also run the chip on Eigen's GEMM (DILOCO_GEMM=eigen), in a child
   diloco::ModelConfig model;  // defaults: C=128, L=4, NH=4, T=64
 };
 
@@ -66,9 +70,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--n_head") o.model.n_head = value();
     else if (a == "--seq_len") o.model.seq_len = value();
     else if (a == "--no-torch") o.torch = false;
+    else if (a == "--no-eigen-gemm") o.eigen_gemm = false;
     else if (a == "--help" || a == "-h") {
       std::puts("step_throughput [--batch N] [--steps N] [--warmup N] [--n_embd C] [--n_layer L]"
-                " [--n_head NH] [--seq_len T] [--no-torch]");
+                " [--n_head NH] [--seq_len T] [--no-torch] [--no-eigen-gemm]");
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown flag " + a);
@@ -104,16 +109,21 @@ struct AdamW {
   }
 };
 
-/// Single-thread Eigen SGEMM at n×n×n: the practical FLOP/s ceiling of one core.
-double sgemm_gflops(int n) {
+/// Single-thread SGEMM at n×n×n, GFLOP/s: through the library's GEMM (`chip`, what the models
+/// multiply with) or through Eigen's own product.
+double sgemm_gflops(int n, bool chip) {
   Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n);
   Eigen::MatrixXf c(n, n);
-  c.noalias() = a * b;  // warm-up
+  auto product = [&] {
+    if (chip) diloco::nn::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    else c.noalias() = a * b;
+  };
+  product();  // warm-up
   int reps = 0;
   const auto t0 = clock_type::now();
   double elapsed = 0;
   do {
-    c.noalias() = a * b;
+    product();
     ++reps;
     elapsed = seconds_since(t0);
   } while (elapsed < 1.0 || reps < 3);
@@ -122,18 +132,12 @@ double sgemm_gflops(int n) {
   return 2.0 * n * n * n * reps / elapsed / 1e9;
 }
 
-/// Runs the PyTorch twin and returns its tokens/s, or nothing (with the reason) if it fails.
-std::optional<double> torch_tokens_per_s(const Options& o, std::string& note) {
-  std::ostringstream cmd;
-  cmd << "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "
-      << "/usr/bin/python3 '" << DILOCO_BENCH_DIR << "/step_throughput_torch.py'"
-      << " --batch " << o.batch << " --steps " << o.steps << " --warmup " << o.warmup
-      << " --n_embd " << o.model.n_embd << " --n_layer " << o.model.n_layer << " --n_head "
-      << o.model.n_head << " --seq_len " << o.model.seq_len << " --vocab " << o.model.vocab
-      << " 2>&1";
-  FILE* pipe = popen(cmd.str().c_str(), "r");
+/// Runs `cmd` and returns the number after "tokens_per_s": in its last line, or nothing (with the
+/// reason) if it fails.
+std::optional<double> run_tokens_per_s(const std::string& cmd, const char* who, std::string& note) {
+  FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) {
-    note = "could not start /usr/bin/python3";
+    note = std::string("could not start ") + who;
     return std::nullopt;
   }
   std::string out, last;
@@ -148,7 +152,7 @@ std::optional<double> torch_tokens_per_s(const Options& o, std::string& note) {
   const std::string key = "\"tokens_per_s\":";
   const auto pos = last.find(key);
   if (rc != 0 || pos == std::string::npos) {
-    note = "torch run failed: " + (last.empty() ? std::string("no output") : last);
+    note = std::string(who) + " run failed: " + (last.empty() ? std::string("no output") : last);
     return std::nullopt;
   }
   if (last.find("\"error\"") != std::string::npos) {
@@ -156,6 +160,30 @@ std::optional<double> torch_tokens_per_s(const Options& o, std::string& note) {
     return std::nullopt;
   }
   return std::strtod(last.c_str() + pos + key.size(), nullptr);
+}
+
+std::string model_flags(const Options& o) {
+  std::ostringstream f;
+  f << " --batch " << o.batch << " --steps " << o.steps << " --warmup " << o.warmup << " --n_embd "
+    << o.model.n_embd << " --n_layer " << o.model.n_layer << " --n_head " << o.model.n_head
+    << " --seq_len " << o.model.seq_len;
+  return f.str();
+}
+
+/// The PyTorch twin's tokens/s.
+std::optional<double> torch_tokens_per_s(const Options& o, std::string& note) {
+  const std::string cmd =
+      "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "
+      "/usr/bin/python3 '" DILOCO_BENCH_DIR "/step_throughput_torch.py'" + model_flags(o) +
+      " --vocab " + std::to_string(o.model.vocab) + " 2>&1";
+  return run_tokens_per_s(cmd, "torch", note);
+}
+
+/// The same chip multiplying with Eigen's own GEMM: this program again, with DILOCO_GEMM=eigen.
+std::optional<double> eigen_gemm_tokens_per_s(const Options& o, std::string& note) {
+  const std::string cmd = "env DILOCO_GEMM=eigen /proc/" + std::to_string(getpid()) + "/exe" +
+                          model_flags(o) + " --no-torch --no-eigen-gemm 2>&1";
+  return run_tokens_per_s(cmd, "DILOCO_GEMM=eigen", note);
 }
 
 std::string json_escape(const std::string& s) {
@@ -233,10 +261,13 @@ int main(int argc, char** argv) try {
   const double flops_per_token = model->flops_per_token(T);
   const double model_gflops = tokens_per_s * flops_per_token / 1e9;
 
-  const double peak = sgemm_gflops(1024);
+  const std::string gemm = diloco::nn::gemm_backend();
+  const double peak = sgemm_gflops(1024, true);
+  const double eigen_peak = gemm == "eigen" ? peak : sgemm_gflops(1024, false);
 
-  std::string torch_note, ts_note = "not built (no libtorch)";
-  std::optional<double> torch, ts;
+  std::string torch_note, ts_note = "not built (no libtorch)", eg_note = "skipped (--no-eigen-gemm)";
+  std::optional<double> torch, ts, eg;
+  if (o.eigen_gemm && gemm != "eigen") eg = eigen_gemm_tokens_per_s(o, eg_note);
   if (o.torch) torch = torch_tokens_per_s(o, torch_note);
   else torch_note = "skipped (--no-torch)";
 #ifdef DILOCO_HAS_TORCH
@@ -245,16 +276,25 @@ int main(int argc, char** argv) try {
 #endif
   std::printf("byte GPT  C=%d L=%d NH=%d T=%d  batch=%d  params=%zu  steps=%d (+%d warm-up)\n",
               cfg.n_embd, cfg.n_layer, cfg.n_head, T, B, layout.size(), o.steps, o.warmup);
+  std::printf("  %-34s %12s\n", "GEMM of the chip", gemm.c_str());
   std::printf("  %-34s %12.0f\n", "C++ tokens/s (1 thread)", tokens_per_s);
   std::printf("  %-34s %12.2f\n", "C++ ms/step", 1e3 * elapsed / o.steps);
   std::printf("  %-34s %12.3f\n", "final loss", loss);
   std::printf("  %-34s %12.2f\n", "MFLOP/token (fwd+bwd)", flops_per_token / 1e6);
   std::printf("  %-34s %12.1f\n", "model GFLOP/s", model_gflops);
-  std::printf("  %-34s %12.1f\n", "Eigen SGEMM n=1024 GFLOP/s", peak);
-  std::printf("  %-34s %11.1f%%\n", "fraction of SGEMM peak", 100.0 * model_gflops / peak);
+  std::printf("  %-34s %12.1f\n", ("SGEMM n=1024 GFLOP/s (" + gemm + ")").c_str(), peak);
+  std::printf("  %-34s %11.1f%%\n", "fraction of that SGEMM", 100.0 * model_gflops / peak);
+  if (gemm != "eigen") std::printf("  %-34s %12.1f\n", "Eigen's SGEMM n=1024 GFLOP/s", eigen_peak);
+  if (eg) {
+    std::printf("  %-34s %12.0f\n", "C++ on Eigen's GEMM tokens/s", *eg);
+    std::printf("  %-34s %12.2fx\n", "C++ / C++ on Eigen's GEMM", tokens_per_s / *eg);
+  } else if (gemm != "eigen") {
+    std::printf("  C++ on Eigen's GEMM: %s\n", eg_note.c_str());
+  }
   if (torch) {
     std::printf("  %-34s %12.0f\n", "PyTorch tokens/s (1 thread)", *torch);
     std::printf("  %-34s %12.2fx\n", "C++ / PyTorch", tokens_per_s / *torch);
+    if (eg) std::printf("  %-34s %12.2fx\n", "C++ on Eigen's GEMM / PyTorch", *eg / *torch);
   } else {
     std::printf("  PyTorch: %s\n", torch_note.c_str());
   }
@@ -265,7 +305,9 @@ int main(int argc, char** argv) try {
     std::printf("  TorchScript chip: %s\n", ts_note.c_str());
   }
 
-  std::printf("{\"benchmark\":\"step_throughput\",\"tokens_per_s\":%.1f,", tokens_per_s);
+  std::printf("{\"benchmark\":\"step_throughput\",\"tokens_per_s\":%.1f,\"gemm\":\"%s\",", tokens_per_s,
+              gemm.c_str());
+  if (eg) std::printf("\"eigen_gemm_tokens_per_s\":%.1f,", *eg);
   if (torch)
     std::printf("\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,", *torch, tokens_per_s / *torch);
   else
@@ -273,6 +315,7 @@ int main(int argc, char** argv) try {
                 json_escape(torch_note).c_str());
   if (ts) std::printf("\"torchscript_tokens_per_s\":%.1f,", *ts);
   else std::printf("\"torchscript_tokens_per_s\":null,");
+  std::printf("\"eigen_sgemm_gflops\":%.2f,", eigen_peak);
   std::printf("\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"peak_fraction\":%.4f,"
               "\"flops_per_token\":%.0f,\"config\":{\"n_embd\":%d,\"n_layer\":%d,\"n_head\":%d,"
               "\"seq_len\":%d,\"batch\":%d,\"steps\":%d,\"threads\":1}}\n",

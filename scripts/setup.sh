@@ -9,11 +9,12 @@ packages=(cmake g++ make ninja-build pkg-config
           libspdlog-dev libboost-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
           nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece
           libtorch-dev python3-torch  # TorchScript chips (diloco::torch) and the modules its tests export
-          libopenblas0-pthread gnuplot-nox chromium)
-# libboost-dev: Boost.Beast/Asio serve --http. libopenblas0-pthread becomes the system BLAS that
-# libtorch (and PyTorch in the benchmarks) computes with, so every build and test runs the torch
-# parts the way the benchmarks measure them. gnuplot-nox draws `diloco plot`; chromium renders the
-# status page in its test.
+          libopenblas-dev libopenblas0-pthread gnuplot-nox chromium)
+# libboost-dev: Boost.Beast/Asio serve --http. libopenblas-dev does the built-in models' matrix
+# products (CMake requires it); libopenblas0-pthread becomes the system BLAS that libtorch (and
+# PyTorch in the benchmarks) computes with, so every build and test runs the torch parts the way
+# the benchmarks measure them. gnuplot-nox draws `diloco plot`; chromium renders the status page
+# in its test.
 
 # `--fuzz`: clang and its libFuzzer/sanitizer runtimes (tests/fuzz/README.md).
 if [[ " $* " == *" --fuzz "* ]]; then

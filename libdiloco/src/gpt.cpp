@@ -1,5 +1,6 @@
 // GPT-2 style byte transformer, forward and backward by hand (after llm.c's train_gpt2.c),
-// with Eigen doing the matrix products on row-major Maps over the flat buffers.
+// on row-major Maps over the flat buffers: the linear layers' products on OpenBLAS (gemm.cpp), the
+// per-head attention products and element-wise passes on Eigen.
 #include "diloco/gpt.hpp"
 
 

@@ -16,6 +16,7 @@
 #include <span>
 
 #include "diloco/rng.hpp"
+#include "gemm.hpp"
 
 namespace diloco::nn {
 
@@ -41,7 +42,6 @@ void fill_normal(std::span<S> out, double std, std::uint64_t seed, std::uint64_t
 template <class S>
 void matmul_forward(S* out, const S* inp, const S* w, const S* bias, int N, int C, int OC,
                     const S* residual = nullptr) {
-  Mat<S> o(out, N, OC);
   for (int n = 0; n < N; ++n) {
     S* row = out + static_cast<std::size_t>(n) * OC;
     const S* res = residual ? residual + static_cast<std::size_t>(n) * OC : nullptr;
@@ -54,7 +54,7 @@ void matmul_forward(S* out, const S* inp, const S* w, const S* bias, int N, int 
     else
       std::memset(row, 0, sizeof(S) * OC);
   }
-  o.noalias() += CMat<S>(inp, N, C) * CMat<S>(w, OC, C).transpose();
+  gemm(false, true, N, OC, C, S(1), inp, C, w, C, S(1), out, OC);
 }
 
 /// Backward of matmul_forward: dinp (N,C) = dout · w (overwritten; skipped when null),
@@ -62,9 +62,8 @@ void matmul_forward(S* out, const S* inp, const S* w, const S* bias, int N, int 
 template <class S>
 void matmul_backward(S* dinp, S* dw, S* dbias, const S* dout, const S* inp, const S* w, int N,
                      int C, int OC) {
-  CMat<S> d(dout, N, OC);
-  if (dinp) Mat<S>(dinp, N, C).noalias() = d * CMat<S>(w, OC, C);
-  Mat<S>(dw, OC, C).noalias() += d.transpose() * CMat<S>(inp, N, C);
+  if (dinp) gemm(false, false, N, C, OC, S(1), dout, OC, w, C, S(0), dinp, C);
+  gemm(true, false, OC, C, N, S(1), dout, OC, inp, C, S(1), dw, C);
   if (dbias) {
     for (int n = 0; n < N; ++n) {
       const S* row = dout + static_cast<std::size_t>(n) * OC;
