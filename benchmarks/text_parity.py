@@ -19,14 +19,15 @@ of any figure); every arm then trains --steps inner steps per island from it.
 
   benchmarks/text_parity.py [--diloco build/apps/diloco] [--heldout build/benchmarks/heldout_loss]
                             [--data data/text-dev] [--steps 1000] [--pretrain 300] [--H 20]
-                            [--lrs 4e-3,8e-3,1.6e-2] [--outer 0.7:0.9,1.0:0.0,...]
+                            [--lrs 4e-3,8e-3,1.6e-2] [--outer 1.0:0.0,0.7:0.9]
                             [--modes ddp,diloco,decoupled] [--ddp-loss X] [--set KEY=VALUE ...]
-                            [--out DIR]
+                            [--out DIR] [--no-run]
 
 --modes runs only some arms (e.g. diloco and decoupled at another H); the figures are then set
 against --ddp-loss, ddp's held-out loss (at its dev-chosen rate) from an earlier run from the
 same start. With --out, every finished run is kept in DIR/runs.json and not run again by a later
-call with the same DIR and the same settings (the shared start too), so a grid can grow in steps.
+call with the same DIR and the same settings (the shared start too), so a grid can grow in steps;
+--no-run prints the table of the grid's runs kept there and runs nothing.
 
 Prints a table and, as its last line, one JSON object.
 """
@@ -82,11 +83,12 @@ def main():
     ap.add_argument("--pretrain", type=int, default=300, help="ddp steps of the shared start")
     ap.add_argument("--H", type=int, default=20, help="inner steps per round (diloco, decoupled)")
     ap.add_argument("--lrs", default="4e-3,8e-3,1.6e-2", help="the inner learning rates tried for every mode")
-    ap.add_argument("--outer", default="0.7:0.9", help="outer (lr:momentum) pairs tried for diloco and decoupled")
+    ap.add_argument("--outer", default="1.0:0.0,0.7:0.9", help="outer (lr:momentum) pairs tried for diloco and decoupled")
     ap.add_argument("--modes", default=",".join(MODES), help="which arms to run")
     ap.add_argument("--ddp-loss", type=float, default=None, help="ddp's held-out loss when ddp is not run")
     ap.add_argument("--set", action="append", default=[], help="a config override for every arm (not the start)")
     ap.add_argument("--out", default=None, help="keep checkpoints, metrics and finished runs here")
+    ap.add_argument("--no-run", action="store_true", help="only the runs of the grid kept in --out: run nothing")
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="text_parity.")
     os.makedirs(out, exist_ok=True)
@@ -117,6 +119,8 @@ def main():
     t0 = time.time()
     pre_path = os.path.join(out, "pretrained.safetensors")
     pre_key = json.dumps({"pretrain": a.pretrain, "data": data})
+    if a.no_run and pre_key not in cache:
+        raise SystemExit(f"--no-run: no shared start of {a.pretrain} steps in {cache_path}")
     if pre_key not in cache or not os.path.exists(pre_path):
         diloco_runs.run(a.diloco, CONFIG, common + ['train.mode="ddp"', f"train.steps={a.pretrain}",
                                                    f"inner.decay_steps={a.pretrain}", "inner.lr=4e-3"],
@@ -144,6 +148,8 @@ def main():
                 for extra in a.set:
                     tag += "_" + "".join(c for c in extra if c.isalnum() or c in ".-")
                 t = time.time()
+                if key not in cache and a.no_run:
+                    continue
                 if key not in cache:
                     ckpt = os.path.join(out, tag + ".safetensors")
                     s = diloco_runs.run(a.diloco, CONFIG, common + sets, os.path.join(out, tag + ".jsonl"),
@@ -160,6 +166,7 @@ def main():
                 print(f"{mode:10s} lr {lr:<7g} {outer:16s} dev {r['dev_loss']:.4f}  held-out {r['loss']:.4f} nats/token  "
                       f"{r['bits_per_byte']:.4f} bits/byte  {time.time() - t:6.0f} s", flush=True)
 
+    modes = [m for m in modes if runs[m]]  # --no-run: a mode without kept runs
     chosen_on = "dev" if has_dev else "held-out"
     best = {m: min(runs[m], key=lambda r: r["dev_loss"]) for m in modes}
     base = best["ddp"]["loss"] if "ddp" in best else a.ddp_loss
