@@ -9,6 +9,12 @@
 
 namespace diloco {
 
+namespace {
+// A link counts as free this close before its transmission ends: timers come in whole
+// microseconds (rounded down), and a tick a fraction early must not re-arm itself forever.
+constexpr double kSlack = 1e-6;
+}  // namespace
+
 Broadcasts::Broadcasts(const FragmentPlan& plan, int islands, CodecParams encoding)
     : plan_(&plan), encoding_(encoding), islands_(static_cast<std::size_t>(std::max(islands, 0))) {
   const auto P = static_cast<std::size_t>(plan.count());
@@ -54,7 +60,7 @@ Expected<std::vector<BroadcastSend>> Broadcasts::due(const SyncerCore& core, dou
   std::vector<BroadcastSend> out;
   for (std::size_t i = 0; i < islands_.size(); ++i) {
     auto& s = islands_[i];
-    if (!s.joined || s.free_at > now) continue;
+    if (!s.joined || s.free_at > now + kSlack) continue;
     for (int p = 0; p < plan_->count(); ++p) {
       const auto k = static_cast<std::size_t>(p);
       const std::uint64_t round = core.round(p);
@@ -99,7 +105,7 @@ Expected<std::vector<BroadcastSend>> Broadcasts::due(const SyncerCore& core, dou
 double Broadcasts::next_deadline(double now) const {
   double t = std::numeric_limits<double>::infinity();
   for (const auto& s : islands_)
-    if (s.joined && s.free_at > now && std::find(s.waiting.begin(), s.waiting.end(), true) != s.waiting.end()) t = std::min(t, s.free_at);
+    if (s.joined && s.free_at > now + kSlack && std::find(s.waiting.begin(), s.waiting.end(), true) != s.waiting.end()) t = std::min(t, s.free_at);
   return t;
 }
 
