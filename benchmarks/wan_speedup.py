@@ -24,12 +24,13 @@ in the reference loop for the loss (test ddp_mode_on_actors_matches_reference_lo
 such in the output.
 
   benchmarks/wan_speedup.py [--diloco build/apps/diloco] [--R 80] [--steps 2000] [--pretrain 300]
-                            [--ddp-sample 25] [--repeat 3] [--tolerance 0.25] [--decoupled-only]
-                            [--set KEY=VALUE ...] [--out DIR]
+                            [--ddp-sample 25] [--repeat 3] [--tolerance 0.25] [--modes LIST]
+                            [--decoupled-only] [--set KEY=VALUE ...] [--out DIR]
 
---decoupled-only runs the calibration and the decoupled leg alone (bytes per token at this R, no
-comparison). --set passes an override to the decoupled leg (ablations). Prints a table and, as its
-last line, one JSON object.
+--modes picks the legs beside ddp (default decoupled,streaming,diloco), so that a run can be split
+to stay short; --decoupled-only runs the calibration and the decoupled leg alone (bytes per token
+at this R, no comparison). --set passes an override to the decoupled leg (ablations). Prints a
+table and, as its last line, one JSON object.
 """
 import argparse
 import json
@@ -91,10 +92,14 @@ def main():
                     help="runs of the decoupled leg (its merges depend on thread timing); the table has the means")
     ap.add_argument("--tolerance", type=float, default=0.25,
                     help="largest change of the measured inner step between start and end (fraction)")
+    ap.add_argument("--modes", default="decoupled,streaming,diloco", help="legs run beside ddp")
     ap.add_argument("--decoupled-only", action="store_true", help="calibration and the decoupled leg only")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="override for the decoupled leg")
     ap.add_argument("--out", default=None, help="keep metrics files here")
     a = ap.parse_args()
+    modes = ("decoupled",) if a.decoupled_only else tuple(m for m in a.modes.split(",") if m)
+    if "decoupled" not in modes or any(m not in ("decoupled", "streaming", "diloco") for m in modes):
+        raise SystemExit("--modes: a comma-separated list of decoupled, streaming, diloco (decoupled always)")
     if a.pretrain <= 0:
         raise SystemExit("--pretrain must be positive: the shared start also gives the model's size")
     out = a.out or tempfile.mkdtemp(prefix="wan_speedup.")
@@ -117,7 +122,6 @@ def main():
     # diloco and streaming on the actors are the reference loops' arithmetic (deterministic); the
     # decoupled runtime's merges depend on thread timing, so it runs --repeat times and the table
     # has its means (every run is in the JSON).
-    modes = ("decoupled",) if a.decoupled_only else ("decoupled", "streaming", "diloco")
     for mode in modes:
         runs = []
         extra = [f"quorum.grace_s={grace:.6g}", *a.sets] if mode == "decoupled" else []
@@ -171,7 +175,7 @@ def main():
     print()
     print(f"{'mode':10s} {'wall s':>9s} {'vs ddp':>8s} {'eval loss':>10s} {'vs ddp':>8s} {'MB up':>8s} {'MB down':>8s} "
           f"{'B/token':>8s} {'bytes/ddp':>10s} {'peak Mbit/s':>12s}")
-    for m in ("decoupled",) if a.decoupled_only else ("ddp", "diloco", "streaming", "decoupled"):
+    for m in [x for x in ("ddp", "diloco", "streaming", "decoupled") if x in res]:
         r = res[m]
         base = res.get("ddp")
         r["bytes_per_token"] = r["bytes"] / r["tokens"]
