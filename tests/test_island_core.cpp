@@ -271,3 +271,61 @@ BOOST_AUTO_TEST_CASE(island_whose_outer_gradient_holds_infinity_reports_divergen
   BOOST_TEST(island.health().error().reason.find("island 1 diverged: the outer gradient of fragment 0") !=
              std::string::npos);
 }
+
+BOOST_AUTO_TEST_CASE(adoption_with_keep_unsent_keeps_the_progress_made_since_the_send) {
+  // An island sends, trains on, then adopts the merge. The α mix would scale the progress made
+  // since the send by α in its next outer gradient; keep_unsent mixes only θ as it was sent and
+  // keeps that progress, so with α = 0 the next outer gradient is exactly minus that progress.
+  Tiny t(64);
+  std::mt19937_64 g(9);
+  const auto init = gaussian_vec(64, g, 0.1f);
+  std::vector<std::vector<float>> grads;
+  for (int k = 0; k < 4; ++k) grads.push_back(gaussian_vec(64, g, 1.0f));
+  const std::vector<float> merged = gaussian_vec(64, g, 0.1f);
+  AdamWConfig inner;
+  inner.lr = 1e-2f;
+  inner.warmup_steps = 0;
+  for (double alpha : {0.0, 0.25}) {
+    BOOST_TEST_CONTEXT("alpha " << alpha) {
+      IslandSettings is;
+      is.schedule = SyncSchedule{100, 1};
+      is.tau = 5;
+      is.alpha = alpha;
+      is.keep_unsent = true;
+      IslandCore island(t.layout, t.plan, is, inner, init);
+      auto step = [&](int k) {
+        ChipGradient c{grads[static_cast<std::size_t>(k)], 64, 1.0};
+        island.apply_gradient(std::span<const ChipGradient>(&c, 1));
+      };
+      step(0);
+      step(1);
+      const std::vector<float> sent(island.params().begin(), island.params().end());
+      BOOST_REQUIRE(island.outer_gradient_frame(0));
+      BOOST_TEST(island.adopt(0, 1, merged));  // queued: τ = 5 steps after the send
+      step(2);
+      step(3);
+      BOOST_TEST(island.pending_adoptions() == 1u);
+      const std::vector<float> now(island.params().begin(), island.params().end());
+      island.settle();
+      BOOST_REQUIRE_EQUAL(island.base_round(0), 1u);
+      const auto after = island.params();
+      double worst = 0.0;
+      for (std::size_t j = 0; j < 64; ++j) {
+        const double want = now[j] + (1.0 - alpha) * (double(merged[j]) - sent[j]);
+        worst = std::max(worst, std::abs(after[j] - want));
+      }
+      BOOST_TEST(worst <= 1e-6);
+      // The next outer gradient: Θ − θ' = α(Θ − θ_sent) − (θ − θ_sent), the progress whole.
+      auto msg = decode_message(island.outer_gradient_frame(0).value());
+      BOOST_REQUIRE(msg);
+      std::vector<float> delta(64);
+      BOOST_REQUIRE(decode(EncodedView(std::get<FragmentMessage>(*msg).data), std::span<float>(delta)));
+      worst = 0.0;
+      for (std::size_t j = 0; j < 64; ++j) {
+        const double want = alpha * (double(merged[j]) - sent[j]) - (double(now[j]) - sent[j]);
+        worst = std::max(worst, std::abs(delta[j] - want));
+      }
+      BOOST_TEST(worst <= 1e-6);
+    }
+  }
+}
