@@ -329,7 +329,6 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   s.alpha = rt->alpha();
   s.codec = CodecParams{*parse_encoding(c.fragments.encoding), static_cast<std::uint32_t>(c.fragments.block_size)};
   s.error_feedback = c.fragments.error_feedback;
-  s.keep_unsent = c.fragments.keep_unsent && c.train.mode == TrainMode::decoupled;
   st.core = std::make_unique<IslandCore>(rt->layout_model->layout(), rt->plan, s, c.inner, rt->initial);
   start_member(self, rt, i);
   return joining(self);

@@ -16,7 +16,6 @@
 #include <spdlog/spdlog.h>
 
 #include "detail.hpp"
-#include "diloco/broadcasts.hpp"
 #include "diloco/syncer_core.hpp"
 
 namespace diloco::actors {
@@ -31,7 +30,6 @@ namespace {
 
 struct SyncerState {
   std::unique_ptr<SyncerCore> core;
-  std::unique_ptr<Broadcasts> out;         // who gets which global fragment when (broadcasts.hpp)
   // Goodput: frames accepted per (island, fragment) since its last commit. A newer frame of an
   // island supersedes its pending one and carries its work, so a commit settles all of them.
   std::map<std::pair<int, int>, int> accepted;
@@ -89,26 +87,13 @@ caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, E
   };
 }
 
-/// The link towards island `id` carried a frame sent at `now`: Broadcasts sends it nothing more
-/// until the link has transmitted it.
-void note_link(SyncerState& st, Runtime& rt, int id, double now) {
-  st.out->busy_until(id, now + rt.links.busy_for(id, false, now - rt.t0.load()));
-}
-
-/// Sends every global frame due (Broadcasts::due) over its island's link; returns the longest
-/// delay, or the error that ends the run (a change that cannot be encoded).
-Expected<double> broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, double now) {
-  auto& st = self->state;
-  auto due = st.out->due(*st.core, now);
-  if (!due) return due.error();
+/// Sends a global frame to every registered island over its link; returns the longest delay.
+double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Frame& frame) {
   double t_link = 0.0;
-  for (auto& b : *due) {
-    const auto to = st.islands.find(b.island);  // joined in Broadcasts = registered here
-    if (to == st.islands.end()) continue;
-    auto w = detail::to_wire(b.frame);
+  auto w = detail::to_wire(frame);
+  for (auto& [id, a] : self->state.islands) {
     rt.syncer.bytes_down += w.bytes.size();
-    t_link = std::max(t_link, detail::send_over_link(self, rt, b.island, false, to->second, global_atom::value, std::move(w)));
-    note_link(st, rt, b.island, now);
+    t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, a, global_atom::value, w));
   }
   return t_link;
 }
@@ -117,7 +102,9 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   auto& st = self->state;
   const double now = detail::now_s(self);
   const auto t_begin = std::chrono::steady_clock::now();
+  double t_link = 0.0;
   auto commits = st.core->poll(now);
+  std::vector<Frame> frames;
   for (const auto& c : commits) {
     auto frame = st.core->global_frame(c.fragment);
     if (!c.finite || !frame || !st.core->health()) {
@@ -130,6 +117,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
                                                    frame.error().message()
                                              : h.error().reason)));
     }
+    frames.push_back(std::move(*frame));
   }
   if (!commits.empty()) {
     // The commits are held before anyone hears of them: a syncer killed from here on restarts
@@ -137,8 +125,9 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(st.core->snapshot()));
     rt.syncer.publish(st.core->params(), st.core->global_round(), true);
   }
-  for (const auto& c : commits) {
-    for (int id : c.answered) st.out->asked(id, c.fragment);
+  for (std::size_t j = 0; j < commits.size(); ++j) {
+    const auto& c = commits[j];
+    t_link = std::max(t_link, broadcast(self, rt, frames[j]));
     ++rt.syncer.commits;
     for (auto& [key, n] : st.accepted) {
       if (key.second != c.fragment) continue;
@@ -150,12 +139,6 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     detail::tell_meter(rt, GoodputFact::committed_at(now - rt.t0.load()));
     rt.emit(Event::committed(now, c.round, c.fragment, c.merged, c.islands, c.staleness));
   }
-  // The frames due: to the islands whose contributions were just settled, and to those whose
-  // link became free (the tick of next_deadline).
-  auto sent = broadcast(self, rt, now);
-  if (!sent)
-    return self->become(syncer_halt(self, rt, Event::Kind::diverged, -1, "the syncer diverged: " + sent.error().message()));
-  const double t_link = *sent;
   if (!commits.empty()) {
     // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery.
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count() + t_link;
@@ -170,7 +153,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     st.core->mark_snapshot();
     rt.emit(Event::snapshot_taken(now, st.core->global_round()));
   }
-  const double next = std::min(st.core->next_deadline(now), st.out->next_deadline(now));
+  const double next = st.core->next_deadline(now);
   if (std::isfinite(next) && next < st.pending_tick) {
     st.pending_tick = next;
     self->delayed_send(self, detail::micros(next - now), tick_atom::value);
@@ -197,7 +180,6 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     s.merge.rda = false;
   }
   st.core = std::make_unique<SyncerCore>(rt->plan, rt->initial, s);
-  st.out = std::make_unique<Broadcasts>(rt->plan, s.islands, s.broadcast);
   // Under repair (a chaos kill): take our place in the directory once it is over; until then
   // islands find the dead predecessor and keep training on their own.
   if (const double now = detail::now_s(self), back = rt->windows.syncer_back(); now < back)
@@ -241,7 +223,6 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     auto& st = self->state;
     for (auto it = st.islands.begin(); it != st.islands.end(); ++it)
       if (it->second.address() == m.source) {
-        st.out->left(it->first);
         st.islands.erase(it);
         break;
       }
@@ -258,8 +239,6 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
-        st.out->joined(id, *st.core);  // it holds what the reply carries
-        note_link(st, *rt, id, detail::now_s(self));
       },
       [=](progress_atom, const WireFrame& w) {
         auto& st = self->state;
@@ -289,20 +268,13 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (!got) {
           const bool stale = got.error().code == errc::stale_round;
           ++(stale ? rt->syncer.dropped_stale : rt->syncer.refused);
-          std::optional<FragmentHeader> late;
           if (stale)
             if (auto m = decode_message(detail::bytes_of(w)); m && std::holds_alternative<FragmentMessage>(*m)) {
-              late = std::get<FragmentMessage>(*m).header;
-              detail::tell_meter(*rt, GoodputFact::dropped_of(late->island, static_cast<int>(late->index)));
+              const auto& h = std::get<FragmentMessage>(*m).header;
+              detail::tell_meter(*rt, GoodputFact::dropped_of(h.island, static_cast<int>(h.index)));
             }
           rt->emit(stale ? Event::dropped_late(detail::now_s(self), got.error().message())
                          : Event::refused(detail::now_s(self), got.error().message(), std::string(to_string(got.error().code))));
-          // A stale island catches up on the newest round (the frame's sender and fragment were
-          // checked when it was refused as stale).
-          if (late) {
-            self->state.out->asked(late->island, static_cast<int>(late->index));
-            syncer_after_receive(self, *rt);
-          }
           return;
         }
         ++self->state.accepted[{got->island, static_cast<int>(got->index)}];

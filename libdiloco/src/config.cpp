@@ -143,7 +143,6 @@ std::vector<Field> fields(RunConfig& c) {
       {"fragments", "broadcast_encoding", &c.fragments.broadcast_encoding, "actors: merged fragments on the wire: fp32 (exact) or bf16/int8/int4/e3m0 (their change, with error feedback)"},
       {"fragments", "block_size", &c.fragments.block_size, "decoupled: values per scale of int8/int4/e3m0"},
       {"fragments", "error_feedback", &c.fragments.error_feedback, "decoupled: carry the quantisation residual into the next send"},
-      {"fragments", "keep_unsent", &c.fragments.keep_unsent, "decoupled: on adoption keep the progress made since the send: θ ← θ + (1−α)·(Θ − θ_sent)"},
 
       {"merge", "weighting", choice(&c.merge.weighting), "\"uniform\" or \"tokens\" (w = tokens·tokens/steps)"},
       {"merge", "rda", &c.merge.rda, "radial-directional averaging of non-embedding tensors"},

@@ -27,7 +27,6 @@ IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, Isla
   tokens_.assign(P, 0);
   steps_.assign(P, 0);
   sent_at_.assign(P, -1);
-  sent_.resize(P);
   awaiting_.assign(P, false);
 }
 
@@ -132,10 +131,6 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
     diverged("the outer gradient of fragment " + std::to_string(p) + " at step " + std::to_string(step_) +
              " holds NaN or infinity (" + frame.error().reason + ")");
   if (frame) {
-    if (settings_.keep_unsent) {
-      sent_[i].resize(g.size());
-      plan_->gather<float>(p, *params_, sent_[i]);
-    }
     sent_at_[i] = step_;
     awaiting_[i] = true;
     tokens_[i] = steps_[i] = 0;  // the next contribution counts from here (the syncer adds up
@@ -153,20 +148,8 @@ void IslandCore::mix(int p, std::span<const float> values) {
   auto& theta = writable();
   plan_->gather<float>(p, theta, work_);
   const double a = settings_.alpha;
-  auto& sent = sent_[static_cast<std::size_t>(p)];
-  if (settings_.keep_unsent && sent_at_[static_cast<std::size_t>(p)] >= 0 && sent.size() == work_.size()) {
-    // α·θ_sent + (1−α)·Θ_p, plus the progress made since the send (θ − θ_sent), which no
-    // contribution carried yet: the next δ = Θ_p − θ carries it whole (with α = 0) instead of
-    // α of it. The mixed point stands in for θ_sent at a further adoption before the next send.
-    for (std::size_t j = 0; j < work_.size(); ++j) {
-      const double ref = a * sent[j] + (1.0 - a) * values[j];
-      work_[j] = static_cast<float>(work_[j] + (ref - sent[j]));
-      sent[j] = static_cast<float>(ref);
-    }
-  } else {
-    for (std::size_t j = 0; j < work_.size(); ++j)
-      work_[j] = static_cast<float>(a * work_[j] + (1.0 - a) * values[j]);
-  }
+  for (std::size_t j = 0; j < work_.size(); ++j)
+    work_[j] = static_cast<float>(a * work_[j] + (1.0 - a) * values[j]);
   plan_->scatter(p, work_, theta);
 }
 

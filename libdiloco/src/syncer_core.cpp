@@ -193,15 +193,13 @@ Commit SyncerCore::commit(int p, double now) {
   c.merged = ms.merged;
   c.dropped_stale = ms.dropped_stale;
   c.at = now;
-  for (const auto& x : pending_[i]) {
-    c.answered.push_back(x.header.island);
+  for (const auto& x : pending_[i])
     if (staleness_factor(settings_.merge, rounds_[i], x.header.base_round)) {
       c.islands.push_back(x.header.island);
       c.staleness.push_back(static_cast<int>(rounds_[i] - x.header.base_round));
       c.tokens += x.header.tokens;
       merged_base_[i][static_cast<std::size_t>(x.header.island)] = x.header.base_round + 1;
     }
-  }
   // n of L: L counts finished islands too (their share of the period is in, or lost), so a
   // last island training alone moves the global parameters by its share, not by a full step.
   const int live = state_[i].live_islands;

@@ -79,8 +79,6 @@ struct FragmentConfig {
                                            // (quantised change of Θ̂ with error feedback)
   int block_size = 64;           // values per scale (int8, int4, e3m0)
   bool error_feedback = true;    // carry the quantisation residual into the next send
-  bool keep_unsent = false;      // decoupled: on adoption mix Θ with θ as it was sent and keep the
-                                 // progress made since the send: θ ← θ + (1−α)·(Θ − θ_sent)
 };
 
 /// Islands of the actor runtime (mode "decoupled"): chips per island and per-island speed.

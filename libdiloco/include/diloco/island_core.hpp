@@ -46,8 +46,6 @@ struct IslandSettings {
   double alpha = 0.0;             // θ_local ← α·θ_local + (1−α)·Θ_p on adoption
   CodecParams codec;              // encoding of outer gradients on the wire
   bool error_feedback = true;     // carry the quantisation residual (lossy encodings only)
-  bool keep_unsent = false;       // adoption mixes Θ_p with θ_p as sent and keeps the progress
-                                  // made since: θ ← θ + (1−α)·(Θ_p − θ_sent) (α mix when false)
 };
 
 /// Solves "what does one island know and do" without any mailbox: the actor shell feeds it
@@ -153,7 +151,6 @@ private:
   std::vector<std::vector<float>> global_;   // Θ_p of the base round
   std::vector<std::uint64_t> base_round_, tokens_, steps_;
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
-  std::vector<std::vector<float>> sent_;     // keep_unsent: θ_p as of the last send
   std::vector<bool> awaiting_;               // sent, and no newer round received since
   std::vector<ErrorFeedbackEncoder> ef_;
   struct Adoption {

@@ -38,7 +38,6 @@ struct Commit {
   std::uint64_t tokens = 0;      // tokens of the merged contributions
   std::vector<int> islands;      // who was merged
   std::vector<int> staleness;    // per merged island: rounds its contribution was behind the fragment
-  std::vector<int> answered;     // every island whose pending contribution it settled (merged or dropped)
   double at = 0.0;
   bool finite = true;            // false: Θ_p holds NaN or infinity after it (the run diverged; health())
 };

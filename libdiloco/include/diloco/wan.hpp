@@ -48,8 +48,6 @@ public:
   explicit WanLink(LinkConfig cfg);
   /// Sends `bytes` at time `now` (seconds); calls must come with non-decreasing `now`.
   Delivery send(std::uint64_t bytes, double now);
-  /// When the link has finished transmitting everything it was given (retransmissions included).
-  double busy_until() const { return busy_until_; }
   /// Whether the link is inside a partition at `t`.
   bool partitioned(double t) const;
   std::uint64_t bytes_carried() const { return bytes_; }  // all transmissions

@@ -31,9 +31,6 @@ public:
   /// (0 without links): queued behind earlier frames, latency added, losses resent, held
   /// through partitions. `now` is relative to the run's start.
   double delay(int island, bool up, std::size_t bytes, double now);
-  /// Seconds from `now` until island `island`'s link has transmitted what it was given (0
-  /// without links, or when it is idle): the broadcast step sends only on a free link.
-  double busy_for(int island, bool up, double now);
 
   /// What all links carried: bytes (retransmissions included) and retransmissions.
   struct Totals {
