@@ -86,19 +86,15 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
   // Anything else in its place is refused as a broken answer (counted in the process's gateway
   // record: a site process has no gateway of its own), and the site dials again.
   auto hear_over = [self, rt, log, o, retry](const WireFrame& w) {
-    auto msg = decode_message(detail::bytes_of(w));
-    if (!msg || !std::holds_alternative<RunOver>(*msg)) {
-      detail::refuse(self, *rt, rt->gateway.refused,
-                     "connector " + o.site + ": run-over word: " +
-                         (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
-                     msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
+    const auto got = detail::expect_message<RunOver>(self, *rt, rt->gateway.refused, "connector " + o.site + ": run-over word", w);
+    if (!got) {
       retry("a broken run-over word from the syncer");
       return;
     }
     auto& st = self->state;
     if (st.over) return;
     st.over = true;
-    const auto& ro = std::get<RunOver>(*msg);
+    const auto& ro = *got;
     log("the syncer says the run is over (" + std::string(to_string(ro.outcome)) + ": " + ro.reason + "); not reconnecting");
     if (o.on_run_over) o.on_run_over(ro);
     self->quit();

@@ -171,14 +171,10 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
 /// that step); older ones are ignored, a frame that is no fragment refused.
 bool take_params(Self self, const WireFrame& w) {
   auto& st = self->state;
-  auto msg = decode_message(detail::bytes_of(w));
-  if (!msg || !std::holds_alternative<FragmentMessage>(*msg)) {
-    detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused, "island " + std::to_string(st.island) + ": parameters: " +
-                                     (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
-                                 msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
-    return false;
-  }
-  auto& fm = std::get<FragmentMessage>(*msg);
+  auto got = detail::expect_message<FragmentMessage>(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused,
+                                                     "island " + std::to_string(st.island) + ": parameters", w);
+  if (!got) return false;
+  auto& fm = *got;
   if (fm.header.kind != FragmentKind::global_params ||
       fm.header.base_round <= static_cast<std::uint64_t>(st.core->step()))
     return false;

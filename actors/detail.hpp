@@ -64,28 +64,39 @@ inline void guard(caf::event_based_actor* self, std::string who) {
   });
 }
 
-/// A frame that cannot be taken (it does not decode, is not the message its path carries, or
-/// names no island of the run): counted in the refusing unit's own record (`count`) and reported
-/// (Event::refused), never dropped in silence. `why` says where and what ("island 1: welcome: ..."),
-/// `reason` the kind in one word (an errc name, or "unexpected_message").
 /// Tells the run's goodput meter (meter.hpp) what a unit did; from any thread, in or out of an
 /// actor (a clean-up functor tells it of a death).
 inline void tell_meter(const Runtime& rt, const GoodputFact& f) { caf::anon_send(rt.meter, f); }
 
+/// A frame that cannot be taken (it does not decode, is not the message its path carries, or
+/// names no island of the run): counted in the refusing unit's own record (`count`) and reported
+/// (Event::refused), never dropped in silence. `why` says where and what ("island 1: welcome: ..."),
+/// `reason` the kind in one word (an errc name, or "unexpected_message").
 inline void refuse(caf::event_based_actor* self, Runtime& rt, std::atomic<std::uint64_t>& count, std::string why,
                    std::string reason) {
   ++count;
   rt.emit(Event::refused(now_s(self), std::move(why), std::move(reason)));
 }
 
+/// The message `T` a frame on path `where` ("island 1: welcome") must carry; a frame that does
+/// not decode, or carries another message, is refused (`count`, as refuse() says) and gives nothing.
+template <class T>
+std::optional<T> expect_message(caf::event_based_actor* self, Runtime& rt, std::atomic<std::uint64_t>& count,
+                                const std::string& where, const WireFrame& w) {
+  auto msg = decode_message(bytes_of(w));
+  if (!msg) return refuse(self, rt, count, where + ": " + msg.error().message(), std::string(to_string(msg.error().code))), std::nullopt;
+  if (!std::holds_alternative<T>(*msg))
+    return refuse(self, rt, count, where + ": a " + std::string(to_string(type_of(*msg))) + " message", "unexpected_message"),
+           std::nullopt;
+  return std::get<T>(std::move(*msg));
+}
+
 /// A join request from an island of the run, with its sender (the syncer's and the parameter
 /// server's join path); anything else is refused (counted and reported) and gives nothing.
 inline std::optional<std::pair<int, caf::actor>> admit_join(caf::event_based_actor* self, Runtime& rt, const WireFrame& w) {
-  auto msg = decode_message(bytes_of(w));
-  if (!msg) return refuse(self, rt, rt.syncer.refused, "syncer: join request: " + msg.error().message(), std::string(to_string(msg.error().code))), std::nullopt;
-  if (!std::holds_alternative<JoinRequest>(*msg))
-    return refuse(self, rt, rt.syncer.refused, "syncer: join request: a " + std::string(to_string(type_of(*msg))) + " message", "unexpected_message"), std::nullopt;
-  const int id = std::get<JoinRequest>(*msg).island;
+  const auto req = expect_message<JoinRequest>(self, rt, rt.syncer.refused, "syncer: join request", w);
+  if (!req) return std::nullopt;
+  const int id = req->island;
   if (id < 0 || id >= rt.cfg.train.islands)
     return refuse(self, rt, rt.syncer.refused, "syncer: join request of island " + std::to_string(id) + ", not an island of the run", "unknown_island"),
            std::nullopt;
@@ -98,11 +109,9 @@ inline std::optional<std::pair<int, caf::actor>> admit_join(caf::event_based_act
 /// A progress report of an island of the run (the syncer's and the parameter server's progress
 /// path); anything else is refused. A report that the island diverged stops the run here.
 inline std::optional<ProgressMessage> admit_progress(caf::event_based_actor* self, Runtime& rt, const WireFrame& w) {
-  auto msg = decode_message(bytes_of(w));
-  if (!msg) return refuse(self, rt, rt.syncer.refused, "syncer: progress: " + msg.error().message(), std::string(to_string(msg.error().code))), std::nullopt;
-  if (!std::holds_alternative<ProgressMessage>(*msg))
-    return refuse(self, rt, rt.syncer.refused, "syncer: progress: a " + std::string(to_string(type_of(*msg))) + " message", "unexpected_message"), std::nullopt;
-  auto pm = std::get<ProgressMessage>(std::move(*msg));
+  auto got = expect_message<ProgressMessage>(self, rt, rt.syncer.refused, "syncer: progress", w);
+  if (!got) return std::nullopt;
+  auto& pm = *got;
   if (pm.island < 0 || pm.island >= rt.cfg.train.islands)
     return refuse(self, rt, rt.syncer.refused, "syncer: progress of island " + std::to_string(pm.island) + ", not an island of the run", "unknown_island"),
            std::nullopt;

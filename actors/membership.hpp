@@ -119,16 +119,10 @@ template <class State>
 std::optional<JoinReply> admit_welcome(caf::stateful_actor<State>* self, const WireFrame& w) {
   auto& st = self->state;
   const int i = st.island;
-  auto msg = decode_message(detail::bytes_of(w));
-  if (!msg || !std::holds_alternative<JoinReply>(*msg)) {
-    detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(i)].refused,
-                   "island " + std::to_string(i) + ": welcome: " +
-                       (msg ? "a " + std::string(to_string(type_of(*msg))) + " message" : msg.error().message()),
-                   msg ? std::string("unexpected_message") : std::string(to_string(msg.error().code)));
-    return std::nullopt;
-  }
-  st.member.join_inflight = false;
-  return std::get<JoinReply>(std::move(*msg));
+  auto reply = detail::expect_message<JoinReply>(self, *st.rt, st.rt->islands[static_cast<std::size_t>(i)].refused,
+                                                 "island " + std::to_string(i) + ": welcome", w);
+  if (reply) st.member.join_inflight = false;
+  return reply;
 }
 
 /// The unit joined in its incarnation: its record says so, and the first join of an incarnation
