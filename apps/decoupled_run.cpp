@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -82,19 +83,13 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   configure_runtime_system(sc, static_cast<std::size_t>(cores));
   caf::actor_system sys(sc);
   auto actor_now = [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
-  std::unique_ptr<HttpServer> server;  // stops serving before the actor system goes
-  EventSink sink;
-  if (http_at) {
-    std::vector<int> all(static_cast<std::size_t>(cfg.train.islands));
-    for (int i = 0; i < cfg.train.islands; ++i) all[static_cast<std::size_t>(i)] = i;
-    *monitor = std::make_shared<Monitor>(*rt, "run", all, actor_now);
-    server = std::make_unique<HttpServer>(*http_at, **monitor);
-    spdlog::info("status page and metrics: {} (/metrics, /status.json)", server->url());
-    sink = [m = *monitor](const SupervisionEvent& e) { m->on(e); };
-  }
+  std::vector<int> all(static_cast<std::size_t>(cfg.train.islands));
+  std::iota(all.begin(), all.end(), 0);
+  // Stops serving before the actor system goes.
+  auto server = serve_http(http_at, *rt, "run", std::move(all), actor_now, *monitor);
   const auto start = Clock::now();
   timeline->restart_clock();  // timeline, fault marks and progress lines share one origin
-  auto root = spawn_runtime(sys, rt, sink);
+  auto root = spawn_runtime(sys, rt, supervision_sink(*monitor));
   auto seconds = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   // If the tree gives up (restart intensity exceeded at the root), stop waiting for islands.
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);

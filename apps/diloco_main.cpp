@@ -84,10 +84,9 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   // Without a CONFIG: the flagship job (configs/flagship.toml, compiled in).
   diloco::RunConfig cfg = path.empty() ? diloco::parse_config(kFlagshipToml, overrides, "flagship", memory_limit)
                                        : diloco::load_config(path, overrides, memory_limit);
+  const std::string label = path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path;
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
-  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors)
-    return run_decoupled(cfg, metrics, path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path, initial, save,
-                         http);
+  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors) return run_decoupled(cfg, metrics, label, initial, save, http);
   if (!http.empty())
     throw std::invalid_argument("--http: the reference loop of mode " + std::string(diloco::name_of(cfg.train.mode)) +
                                 " has no actors to watch; add --actors to run it on the actor runtime");
@@ -97,7 +96,7 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   JsonLines jsonl;
   if (!metrics.empty()) jsonl.open(metrics);
   const auto corpus_line = diloco::Corpus::make(cfg.data, cfg.model.vocab).describe();
-  spdlog::info("config: {}", path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path);
+  spdlog::info("config: {}", label);
   spdlog::info("data: {}", corpus_line);
   spdlog::info("mode {}: {} islands x {} steps, batch {}x{}, H={}, model {} L={} C={}", diloco::name_of(cfg.train.mode),
                cfg.train.islands, cfg.train.steps, cfg.train.batch, cfg.model.seq_len, cfg.train.H,

@@ -23,6 +23,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -625,3 +626,18 @@ HttpServer::~HttpServer() {
 }
 
 std::string HttpServer::url() const { return "http://" + address_.host + ":" + std::to_string(port_) + "/"; }
+
+std::unique_ptr<HttpServer> serve_http(const std::optional<HttpAddress>& at, const diloco::actors::Runtime& rt,
+                                       const std::string& role, std::vector<int> islands,
+                                       std::function<double()> actor_now, std::shared_ptr<Monitor>& slot) {
+  if (!at) return nullptr;
+  slot = std::make_shared<Monitor>(rt, role, std::move(islands), std::move(actor_now));
+  auto server = std::make_unique<HttpServer>(*at, *slot);
+  spdlog::info("status page and metrics: {} (/metrics, /status.json)", server->url());
+  return server;
+}
+
+std::function<void(const diloco::actors::SupervisionEvent&)> supervision_sink(const std::shared_ptr<Monitor>& m) {
+  if (!m) return {};
+  return [m](const diloco::actors::SupervisionEvent& e) { m->on(e); };
+}

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,3 +80,15 @@ private:
   HttpAddress address_;
   int port_ = 0;
 };
+
+/// `--http` for one process: a monitor of its part of the run, put in `slot` (which the runtime's
+/// event callback reads, so it is set before the tree is spawned), and the server serving it,
+/// which logs its URL; nothing without an address. `role`, `islands` and `actor_now` are the
+/// monitor's.
+std::unique_ptr<HttpServer> serve_http(const std::optional<HttpAddress>& at, const diloco::actors::Runtime& rt,
+                                       const std::string& role, std::vector<int> islands,
+                                       std::function<double()> actor_now, std::shared_ptr<Monitor>& slot);
+
+/// What the supervision trees report, for the monitor `m` (restarts per supervisor); empty
+/// without a monitor.
+std::function<void(const diloco::actors::SupervisionEvent&)> supervision_sink(const std::shared_ptr<Monitor>& m);

@@ -34,23 +34,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// --http: a monitor of this process's part of the run (put in `slot`, which the runtime's event
-/// callback reads) and its server; none without the flag.
-std::unique_ptr<HttpServer> serve_http(const std::optional<HttpAddress>& at, caf::actor_system& sys,
-                                       const diloco::actors::Runtime& rt, const std::string& role, std::vector<int> islands,
-                                       std::shared_ptr<Monitor>& slot) {
-  if (!at) return nullptr;
-  slot = std::make_shared<Monitor>(rt, role, std::move(islands), [&sys] {
-    return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count();
-  });
-  auto server = std::make_unique<HttpServer>(*at, *slot);
-  spdlog::info("status page and metrics: {} (/metrics, /status.json)", server->url());
-  return server;
-}
-
-diloco::actors::EventSink supervision_sink(const std::shared_ptr<Monitor>& m) {
-  if (!m) return {};
-  return [m](const diloco::actors::SupervisionEvent& e) { m->on(e); };
+/// The actor clock of `sys`, in seconds (what the monitor stamps its samples with).
+std::function<double()> actor_clock(caf::actor_system& sys) {
+  return [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
 }
 
 std::string list(const std::vector<int>& v) {
@@ -171,7 +157,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
   configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
-  auto server = serve_http(http_at, sys, *rt, "syncer", {}, *monitor);
+  auto server = serve_http(http_at, *rt, "syncer", {}, actor_clock(sys), *monitor);
   SpawnSet only_syncer;
   only_syncer.syncer = true;
   only_syncer.all_islands = false;
@@ -332,7 +318,7 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
   configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
-  auto server = serve_http(http_at, sys, *rt, "site", mine, *monitor);
+  auto server = serve_http(http_at, *rt, "site", mine, actor_clock(sys), *monitor);
 
   auto first = std::make_shared<std::atomic<bool>>(false);
   auto gave_up = std::make_shared<std::atomic<bool>>(false);
