@@ -20,6 +20,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -573,7 +575,18 @@ std::unique_ptr<Door> Door::open(DoorOptions o) {
   impl->forward = resolve(impl->o.forward, false);
   impl->bind_listener();
   Impl* p = impl.get();
-  impl->thread = std::thread([p] { p->run(); });
+  impl->thread = std::thread([p] {
+    // OpenSSL writes to the socket with write(2), not send(MSG_NOSIGNAL): a peer that closes
+    // while TLS answers it (a ClientHello and then FIN is enough) would raise SIGPIPE, whose
+    // default action ends the whole process. That signal is directed at the writing thread, so
+    // blocking it here turns it into the EPIPE the door already handles, without changing the
+    // signal disposition of the process that links the library.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    p->run();
+  });
   return std::unique_ptr<Door>(new Door(std::move(impl)));
 }
 

@@ -151,7 +151,6 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   auto model = make_model(cfg.model);
   const auto eval = rt->corpus.eval_windows(cfg.model.seq_len, cfg.train.eval_windows);
   const auto round_eval = rt->corpus.progress_windows(cfg.model.seq_len, cfg.train.round_eval_windows);
-  const double initial_eval = evaluate(*model, rt->initial, eval);
 
   caf::actor_system_config sc;
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
@@ -187,14 +186,20 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   std::printf("diloco syncer: listening on %s (%s); snapshots every %ld rounds to %s\n", addr.c_str(),
               tls ? ("mutual TLS, peers must hold a certificate of " + tls->ca).c_str() : "INSECURE, no TLS",
               static_cast<long>(cfg.syncer.snapshot_every), cfg.syncer.checkpoint.c_str());
-  std::printf("initial eval loss %.4f; %d sites, %d islands, %ld steps, H=%d, P=%d\n", initial_eval, site_count(cfg),
-              cfg.train.islands, cfg.train.steps, cfg.train.H, rt->P());
+  std::printf("%d sites, %d islands, %ld steps, H=%d, P=%d\n", site_count(cfg), cfg.train.islands, cfg.train.steps,
+              cfg.train.H, rt->P());
   std::printf("join with:\n");
   const std::string config = f.config.empty() ? "CONFIG" : f.config;
   for (int s = 0; s < site_count(cfg); ++s)
     std::printf("  diloco site %s --site %s --connect %s%s   # islands %s\n", config.c_str(), site_name(cfg, s).c_str(),
                 addr.c_str(), f.insecure ? " --insecure" : (" --certs " + certs).c_str(),
                 list(islands_of_site(cfg, s)).c_str());
+  std::fflush(stdout);
+  // The held-out loss of the initial parameters is measured once the syncer serves: a restarted
+  // syncer takes its sites back at once instead of after a full evaluation (seconds on a busy
+  // machine, while every site waits).
+  const double initial_eval = evaluate(*model, rt->initial, eval);
+  std::printf("initial eval loss %.4f\n", initial_eval);
   std::fflush(stdout);
   jsonl.write(Json{{"event", "start"}, {"port", port}, {"initial_eval_loss", initial_eval}});
 

@@ -6,6 +6,7 @@ Proves, from the processes' output and exit codes:
   not the syncer when a site of the roster sends it over mutual TLS, not an --insecure syncer
   when anyone sends it, not a site when a rogue --insecure server sends it;
 - a certificate of the run's CA whose CN is not a site of the roster is refused at the door;
+- 300 strangers that hang up right after their ClientHello kill nobody;
 - a site refuses a server whose certificate does not name the syncer (a site's certificate,
   or a server certificate for another name) before any of its bytes reach the rogue;
 - 1,000 idle connections do not lock a legitimate site out;
@@ -105,6 +106,32 @@ print(f"CN=mallory (not in the roster): {how}")
 how = send_and_drain(port, CRASH, client_ctx(None))
 expect_alive(syncer, "a client without a certificate")
 print(f"no certificate: {how}")
+
+# Strangers that hang up in the middle of the TLS handshake: each sends its ClientHello and
+# closes. The door's answer (the server's flight) goes out with write(2) from inside OpenSSL,
+# onto a connection the peer already closed: SIGPIPE, whose default action ended the syncer
+# after a dozen such strangers.
+def hang_up_after_hello(k):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s = ctx.wrap_socket(raw, do_handshake_on_connect=False)
+    s.setblocking(False)
+    try:
+        s.do_handshake()  # sends the ClientHello, then would wait for the server's answer
+    except (ssl.SSLWantReadError, ssl.SSLError, OSError):
+        pass
+    if k % 2:
+        time.sleep(0.002)  # half of them hang up while the door is answering
+    s.close()
+
+
+for k in range(300):
+    hang_up_after_hello(k)
+    if not syncer.alive():
+        fail(f"the syncer died ({syncer.p.returncode}) after {k + 1} strangers hung up after their ClientHello")
+expect_alive(syncer, "300 strangers that hung up after their ClientHello")
+print("300 strangers hung up after their ClientHello: the syncer lives")
 
 # ---- 1,000 idle connections, then a legitimate site ----
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -68,7 +68,7 @@ syncer = Proc("syncer", cwd=WORK, args=syncer_args + ["--listen", "127.0.0.1:0"]
 port = int(syncer.wait_for(r"listening on 127\.0\.0\.1:(\d+)", 30).group(1))
 addr = f"127.0.0.1:{port}"
 syncer.wait_for(r"diloco site \S+ --site site-b --connect " + re.escape(addr) + " --certs", 5)
-initial = float(syncer.wait_for(r"initial eval loss ([0-9.]+)", 5).group(1))
+initial = float(syncer.wait_for(r"initial eval loss ([0-9.]+)", 60).group(1))
 
 def site(name):
     return Proc(name, cwd=WORK, args=[DILOCO, "site", CONFIG, "--site", name, "--connect", addr, "--certs", certs])
