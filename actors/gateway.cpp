@@ -96,7 +96,12 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
     // decision, so tell it as the monitors would.
     if (code == caf::sec::connection_timeout)
       for (auto& [i, addr] : st.joined) self->send(st.syncer, caf::down_msg{addr, caf::make_error(code, why)});
-    if (log) log("site " + name + " lost: " + why);
+    // A site whose islands all finished (trained their budget, or drained when it left) is gone
+    // by design, not lost.
+    bool finished = true;
+    for (int i : islands_of_site(rt->cfg, site_index(rt->cfg, name)))
+      finished = finished && rt->syncer.finished[static_cast<std::size_t>(i)].load();
+    if (log) log("site " + name + (finished ? " left (its islands finished): " : " lost: ") + why);
     self->quit(caf::make_error(code, why));
   };
   self->set_down_handler([self, name, close](caf::down_msg& m) {

@@ -32,6 +32,8 @@ struct IslandState {
   std::unique_ptr<BatchSource> data;
   bool left = false;     // winding down: told the current syncer it finished
   bool resend = false;   // finished, then re-joined a (restarted) syncer: send every fragment
+  bool draining = false; // told to leave (drain_atom): winds down as if its budget were spent
+  bool announced = false; // its leaving was reported (Event::leaving)
   Membership member;                // the syncer it joined, its join requests
   std::unique_ptr<ChipPool> chips;            // hands each step to the chips, gathers their replies
   int incarnation = 0;
@@ -91,21 +93,42 @@ bool send_fragment(Self self, int p) {
   return true;
 }
 
-/// The budget is spent: the island takes no more steps (winding_down). With the final sync it
-/// first sends every fragment's unsent progress (after the merge of one still in flight arrives,
-/// so as not to repeat it), tells the syncer it finished (rounds stop waiting for it), and is
-/// done once those last contributions were merged. Runs again on every broadcast and re-join.
+/// The budget is spent, or the island is leaving (draining): it takes no more steps
+/// (winding_down). With the final sync, and always when it leaves, it first sends every
+/// fragment's unsent progress (after the merge of one still in flight arrives, so as not to
+/// repeat it), tells the syncer it finished (rounds stop waiting for it, and its going is no
+/// failure), and is done once those last contributions were merged. Runs again on every
+/// broadcast and re-join.
 void wind_down(Self self) {
   auto& st = self->state;
   auto& rt = *st.rt;
   const long step = st.core->step();
   self->become(winding_down(self));
-  if (!rt.final_sync()) {
+  if (!rt.final_sync() && !st.draining) {
+    count_done(self, step);
+    return self->become(done(self));
+  }
+  if (st.draining && rt.synchronous()) {
+    // Synchronous modes merge whole rounds: the round in progress is left out, and the syncer
+    // is told the island finished, so that rounds stop waiting for it.
+    if (st.member.syncer && !st.left) {
+      auto pm = st.core->progress();
+      pm.finished = true;
+      detail::send_over_link(self, rt, st.island, true, st.member.syncer, progress_atom::value,
+                             detail::to_wire(encode_message(pm)));
+      st.left = true;
+    }
     count_done(self, step);
     return self->become(done(self));
   }
   if (!st.member.syncer) return ask_to_join(self, false);  // goes on in welcome
   st.core->settle();
+  if (st.draining && !st.announced) {
+    int unsent = 0;
+    for (int p = 0; p < rt.P(); ++p) unsent += st.core->steps_since(p) > 0 || st.resend ? 1 : 0;
+    rt.emit(Event::leaving(detail::now_s(self), st.island, step, unsent));
+    st.announced = true;
+  }
   bool unsent = false, awaiting = false;
   for (int p = 0; p < rt.P(); ++p) {
     // After a re-join the restarted syncer may have lost (or restored from before) what this
@@ -136,7 +159,7 @@ void finish_step(Self self);
 void next_step(Self self) {
   auto& st = self->state;
   auto& rt = *st.rt;
-  if (rt.budget_spent(st.core->step())) return wind_down(self);  // e.g. restarted at the end
+  if (rt.budget_spent(st.core->step()) || st.draining) return wind_down(self);  // e.g. restarted at the end
   if (rt.synchronous() && st.core->must_wait()) return;          // resumed by the broadcast
   self->become(stepping(self));
   st.step_started = run_time(self);
@@ -169,7 +192,7 @@ void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int 
     fire_step_faults(self, rt, i, step);
     if (!st.member.syncer) ask_to_join(self, true);
   }
-  if (rt.budget_spent(step)) return wind_down(self);
+  if (rt.budget_spent(step) || st.draining) return wind_down(self);
   // No chip alive: try again shortly (restarted chips show up in the directory). Otherwise the
   // next step starts at once: a step_atom to itself would wait behind every chip's work in the
   // scheduler's queue, and the chips would idle meanwhile.
@@ -245,6 +268,11 @@ caf::behavior joining(Self self) {
       [=](step_atom) {},
       [=](const ChipResult&) {},
       [=](global_atom, const WireFrame&) {},  // the welcome brings the current fragments
+      [=](drain_atom) {  // never joined: no progress to hand over
+        self->state.draining = true;
+        count_done(self, self->state.core->step());
+        self->become(done(self));
+      },
   };
 }
 
@@ -262,6 +290,10 @@ caf::behavior training(Self self) {
       [=](global_atom, const WireFrame& w) {
         take_broadcast(self, w, true);
         if (self->state.rt->synchronous()) next_step(self);  // if it was waiting
+      },
+      [=](drain_atom) {
+        self->state.draining = true;
+        wind_down(self);
       },
   };
 }
@@ -283,6 +315,7 @@ caf::behavior stepping(Self self) {
         if (chips.take(r) && chips.complete()) finish_step(self);
       },
       [=](global_atom, const WireFrame& w) { take_broadcast(self, w, true); },
+      [=](drain_atom) { self->state.draining = true; },  // winds down once this step is taken
   };
 }
 
@@ -302,6 +335,7 @@ caf::behavior finishing(Self self) {
       [=](global_atom, const WireFrame& w) {
         if (take_broadcast(self, w, false)) wind_down(self);
       },
+      [=](drain_atom) {},  // already leaving or done
   };
 }
 

@@ -157,6 +157,7 @@ inline caf::behavior halted(caf::event_based_actor* self) {
       [](step_atom) {},
       [](const ChipResult&) {},
       [](global_atom, const WireFrame&) {},
+      [](drain_atom) {},
   };
 }
 

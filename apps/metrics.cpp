@@ -195,6 +195,7 @@ void Monitor::on(const Event& e) {
                               e.step));
       return;
     case Event::Kind::rejoin: m.note(t, fmt::format("island {} re-joined the syncer at step {}", e.island, e.step)); return;
+    case Event::Kind::leave: m.note(t, fmt::format("island {} left gracefully at step {}", e.island, e.step)); return;
     case Event::Kind::restore: m.note(t, "syncer restarted (" + e.detail + ") at round " + std::to_string(e.round)); return;
     case Event::Kind::rejected: ++m.refused_by_reason[e.reason.empty() ? "other" : e.reason]; return;
     case Event::Kind::diverged:

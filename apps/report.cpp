@@ -309,6 +309,10 @@ std::optional<std::string> site_line(const Event& e, long every_steps) {
     case Event::Kind::rejoin:
       return fmt::format("island {} re-joined the syncer (base round {}) at step {}", e.island, e.round, e.step);
     case Event::Kind::fault: return e.detail;
+    case Event::Kind::leave:
+      return e.unsent > 0 ? fmt::format("island {} leaving at step {}: hands over the unsent progress of {} fragment(s)",
+                                        e.island, e.step, e.unsent)
+                          : fmt::format("island {} leaving at step {}: nothing unsent", e.island, e.step);
     default: return std::nullopt;
   }
 }

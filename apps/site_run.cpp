@@ -19,6 +19,8 @@
 #include <optional>
 #include <thread>
 
+#include <signal.h>
+
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -37,6 +39,23 @@ using Clock = std::chrono::steady_clock;
 /// The actor clock of `sys`, in seconds (what the monitor stamps its samples with).
 std::function<double()> actor_clock(caf::actor_system& sys) {
   return [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
+}
+
+/// SIGTERM or SIGINT asks a site to leave gracefully (the signal's number; 0: none yet). A
+/// second one ends the process at once, as the signal would have.
+std::atomic<int> leave_signal{0};
+
+extern "C" void on_leave_signal(int sig) {
+  if (leave_signal.exchange(sig) == 0) return;
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void catch_leave_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_leave_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT}) sigaction(sig, &sa, nullptr);
 }
 
 std::string list(const std::vector<int>& v) {
@@ -385,10 +404,17 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   std::printf("diloco site %s: islands %s, %d chips each; syncer at %s:%u (%s)\n", f.site.c_str(), list(mine).c_str(),
               cfg.islands.chips, to.host.c_str(), to.port, tls ? "mutual TLS" : "INSECURE");
   std::fflush(stdout);
+  catch_leave_signals();
   auto connector = spawn_connector(sys, rt, co);
-  while (!first->load() && !gave_up->load() && !told->get())
+  while (!first->load() && !gave_up->load() && !told->get() && !leave_signal.load())
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (auto o = told->get()) return run_over_exit(*o);  // joined after the run ended: nothing to train
+  if (!first->load() && leave_signal.load()) {
+    std::printf("site %s: left before it joined (signal %d); nothing to hand over\n", f.site.c_str(), leave_signal.load());
+    std::fflush(stdout);
+    caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
+    return 0;
+  }
   if (gave_up->load()) {
     std::printf("site %s: could not join the syncer\n", f.site.c_str());
     return 3;
@@ -421,7 +447,23 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     auto o = told->get();
     return rt->tally().islands_done >= static_cast<int>(mine.size()) || (o && o->outcome == RunOutcome::finished);
   };
+  // SIGTERM or SIGINT: the site leaves gracefully. Its islands stop stepping, send their unsent
+  // progress and tell the syncer they finished (so their going is no failure there), and the
+  // site ends once those contributions were merged, or train.final_sync_s after it was asked.
+  bool leaving = false;
+  long ticks = 0;
+  auto drain = [&] {
+    if (!leave_signal.load() || ticks++ % 25 != 0) return;  // then every 0.5 s: a restarted island hears it too
+    if (!leaving)
+      tl->line("site " + f.site + ": signal " + std::to_string(leave_signal.load()) +
+               ": leaving; its islands hand over their unsent progress (a second signal ends it at once)");
+    leaving = true;
+    for (int i : mine)
+      if (!rt->islands[static_cast<std::size_t>(i)].done.load())
+        if (auto a = rt->dir.island(i)) caf::anon_send(a, drain_atom::value);
+  };
   rules.trained = [&] {
+    if (leaving) return true;  // the final-sync window bounds the hand-over
     for (int i : mine)
       if (!rt->budget_spent(rt->islands[static_cast<std::size_t>(i)].step.load())) return false;
     return true;
@@ -434,6 +476,7 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     return std::nullopt;
   };
   const auto end = watch(rules, [&] {
+    drain();
     if (*monitor) (*monitor)->sample();
   });
   if (auto o = told->get(); o && !rt->stopped()) {

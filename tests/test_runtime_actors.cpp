@@ -567,6 +567,51 @@ BOOST_AUTO_TEST_CASE(islands_that_finish_while_the_syncer_is_down_sync_with_its_
   BOOST_TEST(commits_after >= 1);
 }
 
+// An island told to leave (drain_atom: what `diloco site` sends its islands on SIGTERM) stops
+// stepping, hands over its unsent progress, which is merged, and is done. The syncer counts it as
+// finished, so rounds that waited for every island (K = all) go on without it to the end.
+BOOST_AUTO_TEST_CASE(an_island_told_to_leave_hands_over_its_progress_and_the_others_train_on) {
+  auto c = small_config(3, 1, 3);
+  c.train.steps = 30;
+  World w(c);
+  bool told = false;
+  w.hook = [&](const Event& e) {
+    if (told || e.kind != Event::Kind::step || e.island != 1 || e.step != 7) return;
+    told = true;
+    caf::anon_send(w.rt->dir.island(1), drain_atom::value);
+  };
+  w.settle();
+  BOOST_TEST(w.rt->all_done());
+  const auto leaves = w.of(Event::Kind::leave);
+  BOOST_REQUIRE_EQUAL(leaves.size(), 1u);
+  const auto& leave = leaves.front();
+  BOOST_TEST(leave.island == 1);
+  BOOST_TEST(leave.step == 8);   // the step in flight when told is finished, no other is begun
+  BOOST_TEST(leave.unsent == 1); // steps 7 and 8 were not sent yet (H = 3)
+  long last_step = 0;
+  for (const auto& e : w.of(Event::Kind::step))
+    if (e.island == 1) last_step = std::max(last_step, e.step);
+  BOOST_TEST(last_step == leave.step);
+  // Its hand-over was merged after it began to leave.
+  bool merged = false;
+  for (std::size_t j = w.index_of(Event::Kind::leave, 1); j < w.events.size(); ++j) {
+    const auto& e = w.events[j];
+    if (e.kind == Event::Kind::commit && std::find(e.islands.begin(), e.islands.end(), 1) != e.islands.end())
+      merged = true;
+  }
+  BOOST_TEST(merged);
+  BOOST_TEST(w.rt->syncer.finished[1].load());
+  BOOST_TEST(w.rt->syncer.heard_step[1].load() == leave.step);
+  // The others trained their whole budget, merging without island 1 once it left.
+  for (int i : {0, 2}) BOOST_TEST(w.rt->islands[static_cast<std::size_t>(i)].step.load() == 30);
+  int without = 0;
+  for (std::size_t j = w.index_of(Event::Kind::leave, 1); j < w.events.size(); ++j) {
+    const auto& e = w.events[j];
+    without += e.kind == Event::Kind::commit && std::find(e.islands.begin(), e.islands.end(), 1) == e.islands.end();
+  }
+  BOOST_TEST(without >= 5);
+}
+
 BOOST_AUTO_TEST_CASE(islands_of_different_sizes_step_with_all_their_chips) {
   auto c = small_config(2, 1, 2);
   c.islands.counts = {1, 3};

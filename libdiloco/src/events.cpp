@@ -77,6 +77,12 @@ Event Event::island_done(double at, int island, long step) {
   return e;
 }
 
+Event Event::leaving(double at, int island, long step, int unsent) {
+  auto e = make(Kind::leave, at);
+  e.island = island, e.step = step, e.unsent = unsent;
+  return e;
+}
+
 Event Event::diverged_state(double at, int island, int fragment, long step, std::string why) {
   auto e = make(Kind::diverged, at);
   e.island = island, e.fragment = fragment, e.step = step, e.detail = std::move(why);
@@ -102,6 +108,7 @@ const char* to_string(Event::Kind k) {
     case Event::Kind::rejected: return "rejected";
     case Event::Kind::dropped: return "dropped";
     case Event::Kind::done: return "done";
+    case Event::Kind::leave: return "leave";
     case Event::Kind::diverged: return "diverged";
     case Event::Kind::unusable_state: return "unusable_state";
   }

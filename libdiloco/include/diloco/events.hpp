@@ -26,6 +26,7 @@ struct Event {
     rejected,        // a frame was refused (malformed, unknown sender, ...)
     dropped,         // a contribution came too late (stale) and was dropped
     done,            // an island finished (budget trained, last contributions merged)
+    leave,           // an island leaves gracefully (its site was asked to): it stops stepping and hands over its unsent progress
     diverged,        // an island's or the syncer's state holds NaN or infinity: the run stops
     unusable_state,  // the syncer's state file cannot be resumed from: the run stops
   };
@@ -40,6 +41,7 @@ struct Event {
   int chips = 0;                   // step: chips that answered
   int merged = 0;                  // commit: contributions merged
   int incarnation = 0;             // heal: the island's start count (1 = first start)
+  int unsent = 0;                  // leave: fragments whose unsent progress the island hands over
   double loss = std::numeric_limits<double>::quiet_NaN();  // step: training loss
   FaultKind fault = FaultKind::chip;  // fault: what was done
   std::vector<int> islands;        // commit: who was merged
@@ -60,6 +62,7 @@ struct Event {
   static Event refused(double at, std::string why, std::string reason = "other");
   static Event dropped_late(double at, std::string why);
   static Event island_done(double at, int island, long step);
+  static Event leaving(double at, int island, long step, int unsent);
   static Event diverged_state(double at, int island, int fragment, long step, std::string why);
   static Event unusable(double at, std::string why);
 };

@@ -48,6 +48,7 @@ using progress_atom = caf::atom_constant<caf::atom("dl_prog")>;    // island →
 using tick_atom = caf::atom_constant<caf::atom("dl_tick")>;        // syncer → itself: grace deadline
 using repaired_atom = caf::atom_constant<caf::atom("dl_repair")>;  // unit → itself: repair time is over
 using grad_atom = caf::atom_constant<caf::atom("dl_grad")>;        // ddp: replica → parameter server: gradient frame
+using drain_atom = caf::atom_constant<caf::atom("dl_drain")>;    // app → island: leave gracefully (drain)
 
 /// One micro-batch for one chip. Purely in-process (island and chips share a process): the
 /// parameters are the island's read-only vector, never copied per step. Never crosses a site.
