@@ -3,9 +3,12 @@
 #define BOOST_TEST_MODULE island_core
 #include <boost/test/unit_test.hpp>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
+#include <type_traits>
 #include <variant>
 
 #include "core_fixtures.hpp"
@@ -87,6 +90,16 @@ BOOST_AUTO_TEST_CASE(chip_gradients_are_weighted_by_tokens_and_readers_keep_thei
   BOOST_TEST(std::isnan(a.apply_gradient({})));
   BOOST_TEST(a.step() == 1);
 }
+
+// A ChipGradient views a gradient it does not own. Built from a temporary vector, the view was
+// gone by the time apply_gradient copied it (AddressSanitizer: heap-use-after-free): views of
+// living vectors and spans are taken, temporary containers do not compile.
+static_assert(std::is_constructible_v<ChipGradient, const std::vector<float>&, std::uint64_t, double>);
+static_assert(std::is_constructible_v<ChipGradient, std::vector<float>&, std::uint64_t, double>);
+static_assert(std::is_constructible_v<ChipGradient, std::span<const float>, std::uint64_t, double>);
+static_assert(!std::is_constructible_v<ChipGradient, std::vector<float>, std::uint64_t, double>);
+static_assert(!std::is_constructible_v<ChipGradient, std::vector<float>&&, std::uint64_t, double>);
+static_assert(!std::is_constructible_v<ChipGradient, std::array<float, 4>, std::uint64_t, double>);
 
 BOOST_AUTO_TEST_CASE(island_heals_from_join_reply) {
   Tiny t;

@@ -12,8 +12,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
+#include "diloco/actors/chip_pool.hpp"
 #include "diloco/actors/runtime.hpp"
 #include "diloco/data.hpp"
 #include "diloco/island_core.hpp"
@@ -124,6 +126,13 @@ BOOST_AUTO_TEST_CASE(chip_shares_cover_the_island_batch_in_order) {
   }
   BOOST_CHECK_THROW(chip_share(b, 2, 2), std::invalid_argument);
 }
+
+// The island's step views its chips' replies (gradients_of): the replies must outlive the views,
+// so a temporary vector of replies is refused at compile time.
+template <class Results>
+concept viewable_replies = requires(Results&& r) { diloco::actors::gradients_of(std::forward<Results>(r)); };
+static_assert(viewable_replies<const std::vector<diloco::actors::ChipResult>&>);
+static_assert(!viewable_replies<std::vector<diloco::actors::ChipResult>>);
 
 // Uneven shares (5 windows on 2, 3 or 4 chips) and empty ones (on 7 chips) combined by tokens
 // give the gradient and loss of the whole batch.

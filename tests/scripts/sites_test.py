@@ -38,13 +38,14 @@ def commits(syncer, since=0.0):
             for t, m in syncer.matches(r"commit round (\d+) fragment \d+: islands ([\d,]*)", since)]
 
 
-def wait_commit_with(syncer, island, since, timeout):
+def wait_commit_with(syncer, islands, since, timeout):
+    """Waits for a commit holding one of `islands` since `since`, while the syncer makes progress."""
     start = now()
     while syncer.progressing(start, timeout):
-        if any(island in s for _, s in commits(syncer, since)):
+        if any(s & islands for _, s in commits(syncer, since)):
             return
         time.sleep(0.1)
-    fail(f"no commit with island {island} since {since:.1f} s within {timeout} s")
+    fail(f"no commit with island {sorted(islands)} since {since:.1f} s within {timeout} s")
 
 
 # ---- the run's PKI, another CA, and two forged credential directories ----
@@ -110,20 +111,20 @@ if len(syncer.matches(r"site site-a authenticated")) != 1 or len(syncer.matches(
     fail("a refused client got a session")
 
 # ---- kill -9 of a site mid-run, restart, heal ----
-wait_commit_with(syncer, 1, 0.0, 60)
-wait_commit_with(syncer, 1, now() + 0.01, 60)
+wait_commit_with(syncer, {1}, 0.0, 60)
+wait_commit_with(syncer, {1}, now() + 0.01, 60)
 os.kill(sites["site-b"].p.pid, signal.SIGKILL)
 killed = now()
 print(f"{killed:7.2f}s kill -9 site-b")
 syncer.wait_for(r"site site-b lost", 15, killed)
-time.sleep(3.0)
+# The others go on committing while site-b is down (waited for as long as the syncer makes
+# progress: a sanitized build commits a few times slower than a fixed wait allows).
+wait_commit_with(syncer, {0, 2}, killed, 30)
 during = commits(syncer, killed)
-if not any(s & {0, 2} for _, s in during):
-    fail("no commits by the other sites while site-b was down")
 restarted = now()
 sites["site-b"] = site("site-b")
 sites["site-b"].wait_for(r"session 1 with the syncer", 60)
-wait_commit_with(syncer, 1, restarted, 90)
+wait_commit_with(syncer, {1}, restarted, 90)
 print(f"{now():7.2f}s site-b back: its island is in commits again; {len(during)} commits while it was down")
 
 # ---- kill -9 of the syncer, restart from its checkpoint ----

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <ranges>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "diloco/codec.hpp"
@@ -19,7 +21,15 @@
 namespace diloco {
 
 /// What one chip computed for one inner step: its gradient and how many target tokens it covers.
+/// It views the gradient and owns nothing: the vector holding it must outlive the ChipGradient.
+/// A temporary container would be gone before apply_gradient reads it, so building one from a
+/// temporary (`ChipGradient{std::vector<float>(n), ...}`) does not compile.
 struct ChipGradient {
+  ChipGradient(std::span<const float> g, std::uint64_t t, double l) : grads(g), tokens(t), loss(l) {}
+  template <class Owner>
+    requires(!std::is_lvalue_reference_v<Owner> && !std::ranges::borrowed_range<Owner>)
+  ChipGradient(Owner&&, std::uint64_t, double) = delete;  // the view would dangle
+
   std::span<const float> grads;  // model-sized
   std::uint64_t tokens = 0;
   double loss = 0.0;

@@ -51,7 +51,9 @@ private:
   std::map<caf::actor_addr, int> monitored_;  // chip handles we monitor (-1: dead)
 };
 
-/// The replies' gradients as combine_chips takes them (views into `results`).
+/// The replies' gradients as combine_chips takes them (views into `results`, which must outlive
+/// them: a temporary would be gone before the step reads it, so passing one does not compile).
 std::vector<ChipGradient> gradients_of(const std::vector<ChipResult>& results);
+std::vector<ChipGradient> gradients_of(std::vector<ChipResult>&& results) = delete;
 
 }  // namespace diloco::actors
