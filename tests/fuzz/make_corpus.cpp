@@ -1,5 +1,6 @@
 // Writes the seed corpus of every decoder fuzz target: valid messages of each type and encoding,
 // plus a few malformed ones. Usage: make_fuzz_corpus tests/fuzz/corpus
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -75,8 +76,9 @@ int main(int argc, char** argv) {
 
   // site_frame: [path byte: 0 join, 1 progress, 2 fragment][frame], from the site of islands 1, 2.
   auto site = [](std::uint8_t path, const std::vector<std::byte>& f) {
-    std::vector<std::byte> b{static_cast<std::byte>(path)};
-    b.insert(b.end(), f.begin(), f.end());
+    std::vector<std::byte> b(f.size() + 1);
+    b[0] = static_cast<std::byte>(path);
+    std::copy(f.begin(), f.end(), b.begin() + 1);
     return b;
   };
   put("site_frame", "join", site(0, encode_message(JoinRequest{1, 0})));
