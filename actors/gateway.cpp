@@ -69,24 +69,12 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
       refuse("sender is not on site " + name + "'s node");
       return -1;
     }
-    auto msg = decode_message(detail::bytes_of(w));
-    if (!msg) {
-      refuse(msg.error().message());
+    auto f = admit_site_frame(detail::bytes_of(w), want, mine, name);
+    if (!f) {
+      refuse(f.error().message());
       return -1;
     }
-    if (type_of(*msg) != want) {
-      refuse("unexpected " + std::string(to_string(type_of(*msg))) + " message");
-      return -1;
-    }
-    int island = -1;
-    if (auto* j = std::get_if<JoinRequest>(&*msg)) island = j->island;
-    else if (auto* p = std::get_if<ProgressMessage>(&*msg)) island = p->island;
-    else if (auto* f = std::get_if<FragmentMessage>(&*msg)) island = f->header.island;
-    if (std::find(mine.begin(), mine.end(), island) == mine.end()) {
-      refuse("island " + std::to_string(island) + " does not belong to site " + name);
-      return -1;
-    }
-    return island;
+    return f->island;
   };
   auto close = [self, rt, name, log](const std::string& why, caf::sec code) {
     auto& st = self->state;

@@ -457,6 +457,22 @@ Expected<Message> decode_message(std::span<const std::byte> frame, const WireLim
   }
 }
 
+Expected<SiteFrame> admit_site_frame(std::span<const std::byte> frame, MessageType want,
+                                     std::span<const int> islands, std::string_view site,
+                                     const WireLimits& limits) {
+  auto msg = decode_message(frame, limits);
+  if (!msg) return msg.error();
+  if (type_of(*msg) != want)
+    return Error{errc::unexpected_message, "unexpected " + std::string(to_string(type_of(*msg))) + " message"};
+  int island = -1;
+  if (auto* j = std::get_if<JoinRequest>(&*msg)) island = j->island;
+  else if (auto* p = std::get_if<ProgressMessage>(&*msg)) island = p->island;
+  else if (auto* f = std::get_if<FragmentMessage>(&*msg)) island = f->header.island;
+  if (std::find(islands.begin(), islands.end(), island) == islands.end())
+    return Error{errc::unknown_sender, "island " + std::to_string(island) + " does not belong to site " + std::string(site)};
+  return SiteFrame{std::move(*msg), island};
+}
+
 Status check_fragment(const FragmentHeader& h, std::size_t count, const WireContext& ctx) {
   // A lossy broadcast arrives as a global_delta where a full global_params could.
   const bool broadcast = h.kind == FragmentKind::global_params || h.kind == FragmentKind::global_delta;

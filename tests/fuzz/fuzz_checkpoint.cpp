@@ -1,4 +1,5 @@
-// libFuzzer target: read_safetensors and parse_checkpoint on arbitrary file contents.
+// libFuzzer target: parse_checkpoint (read_safetensors, then the diloco metadata and tensors
+// against a tiny run) on arbitrary file contents.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +11,6 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const diloco::fuzz::TinyRun run;
   auto file = std::as_bytes(std::span(data, size));
-  (void)diloco::read_safetensors(file);
   auto cp = diloco::parse_checkpoint(file, run.model->layout(), run.plan);
   if (cp) {
     if (cp->params.size() != run.model->layout().size()) __builtin_trap();

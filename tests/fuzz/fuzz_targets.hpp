@@ -6,6 +6,7 @@
 
 #include "diloco/fragments.hpp"
 #include "diloco/model.hpp"
+#include "diloco/syncer_core.hpp"
 #include "diloco/wire.hpp"
 
 namespace diloco::fuzz {
@@ -20,7 +21,8 @@ inline WireContext inbox_context() {
   return c;
 }
 
-/// A 1-layer byte GPT with width 8 and 2 strided fragments: small enough for fast fuzzing.
+/// A 1-layer GPT of width 4 over 16 tokens with 2 strided fragments: its checkpoints are a few
+/// KiB, so the fuzzer spends its time on the structure of the file, not on copying tensors.
 struct TinyRun {
   std::unique_ptr<Model> model;
   FragmentPlan plan;
@@ -28,11 +30,31 @@ struct TinyRun {
   static ModelConfig config() {
     ModelConfig c;
     c.n_layer = 1;
-    c.n_embd = 8;
-    c.n_head = 2;
-    c.seq_len = 4;
-    c.vocab = 256;
+    c.n_embd = 4;
+    c.n_head = 1;
+    c.seq_len = 2;
+    c.vocab = 16;
     return c;
+  }
+};
+
+/// The syncer of a 4-island run behind a relay for the site holding islands 1 and 2: two
+/// fragments of 64 and 32 values (one tensor each), quorum 1, so a fragment can commit.
+struct SiteRun {
+  ParamLayout layout;
+  FragmentPlan plan;
+  std::vector<float> initial;
+  SyncerSettings settings;
+  std::vector<int> site_islands{1, 2};
+  SiteRun() : layout(make_layout()), plan(FragmentPlan::strided(layout, 2)), initial(layout.size(), 0.5f) {
+    settings.islands = 4;
+  }
+  SyncerCore core() const { return SyncerCore(plan, initial, settings); }
+  static ParamLayout make_layout() {
+    ParamLayout l;
+    l.add("a", {64}, 0, true);
+    l.add("b", {32}, 1, true);
+    return l;
   }
 };
 

@@ -1,5 +1,6 @@
 // Writes the seed corpus of every decoder fuzz target: valid messages of each type and encoding,
 // plus a few malformed ones. Usage: make_fuzz_corpus tests/fuzz/corpus
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "diloco/checkpoint.hpp"
+#include "diloco/config.hpp"
 #include "fuzz_targets.hpp"
 
 using namespace diloco;
@@ -71,6 +73,46 @@ int main(int argc, char** argv) {
   put("wire_message", "join_reply", encode_message(JoinReply{{gm, gm}}));
   put("wire_message", "heartbeat", encode_message(Heartbeat{-1, 17, 123456789}));
   put("wire_message", "run_over", encode_message(RunOver{RunOutcome::stopped, "island 1 reported that it diverged at step 3"}));
+
+  // site_frame: [path byte: 0 join, 1 progress, 2 fragment][frame], from the site of islands 1, 2.
+  auto site = [](std::uint8_t path, const std::vector<std::byte>& f) {
+    std::vector<std::byte> b(f.size() + 1);
+    b[0] = static_cast<std::byte>(path);
+    std::copy(f.begin(), f.end(), b.begin() + 1);
+    return b;
+  };
+  put("site_frame", "join", site(0, encode_message(JoinRequest{1, 0})));
+  put("site_frame", "join_other_site", site(0, encode_message(JoinRequest{3, 0})));
+  put("site_frame", "progress", site(1, encode_message(ProgressMessage{2, 40, {{0, 0, 640, 5}}})));
+  {
+    ProgressMessage done{1, 80, {}};
+    done.finished = true;
+    put("site_frame", "progress_finished", site(1, encode_message(done)));
+  }
+  put("site_frame", "heartbeat_on_fragment_path", site(2, encode_message(Heartbeat{1, 17, 123456789})));
+  const fuzz::SiteRun site_run;
+  for (auto enc : encs) {
+    for (std::uint32_t p = 0; p < 2; ++p) {
+      FragmentHeader h{FragmentKind::outer_gradient, static_cast<int>(p + 1), p, 0, 1024, 4};
+      auto f = encode_fragment(h, CodecParams{enc, 16}, values(site_run.plan.size(static_cast<int>(p)), p));
+      put("site_frame", std::string(to_string(enc)) + "_fragment" + std::to_string(p), site(2, *f));
+    }
+  }
+
+  // config: the defaults, every key, and a few shapes of TOML the loader must take or refuse.
+  const std::string defaults = default_config_toml();
+  put("config", "defaults", defaults.data(), defaults.size());
+  const char* configs[][2] = {
+      {"small", "[model]\nn_layer = 2\nn_embd = 32\nn_head = 2\nseq_len = 32\n\n[train]\nislands = 2\n"
+                "steps = 800\nH = 25\n\n[inner]\nlr = 3e-3\nwarmup_steps = 20\n"},
+      {"sites", "[train]\nmode = \"decoupled\"\nislands = 2\n[net]\nlisten = \"127.0.0.1:7700\"\n"
+                "heartbeat_ms = 200.0\n\n[[sites]]\nname = \"site-a\"\nislands = [0]\n\n"
+                "[[sites]]\nname = \"site-b\"\nislands = [1]\n"},
+      {"wrong_type", "[train]\nislands = \"four\"\n"},
+      {"unknown_key", "[train]\nislandz = 4\n# comment\n"},
+      {"inline_and_escapes", "title = 'x'\n[model]\nname = \"g\\u00e9pt\\t\"\n[train]\nsteps = 1_000\n"},
+  };
+  for (const auto& c : configs) put("config", c[0], c[1], std::strlen(c[1]));
 
   // codec: [encoding][block u32][count u16][scales][payload]
   for (auto e : encs) {

@@ -126,6 +126,19 @@ Expected<Frame> encode_fragment(const FragmentHeader& h, ErrorFeedbackEncoder& e
 /// receiver's state is checked (see FragmentInbox). Payloads are copied into the result.
 Expected<Message> decode_message(std::span<const std::byte> frame, const WireLimits& limits = {});
 
+/// A frame a relay passes on from a site, and the island it speaks for.
+struct SiteFrame {
+  Message message;
+  int island = -1;
+};
+/// The relay's check of a frame from a site (before the syncer sees it): it decodes, carries a
+/// `want` message (unexpected_message otherwise) and speaks for one of the site's `islands`
+/// (unknown_sender otherwise). Only join requests, progress and fragments speak for an island.
+/// `site` names the site in the refusal.
+Expected<SiteFrame> admit_site_frame(std::span<const std::byte> frame, MessageType want,
+                                     std::span<const int> islands, std::string_view site,
+                                     const WireLimits& limits = {});
+
 /// What a receiver knows, to judge an incoming fragment against its run.
 struct WireContext {
   std::vector<std::size_t> fragment_sizes;  // values per fragment (FragmentPlan::size(p))
