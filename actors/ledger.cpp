@@ -12,14 +12,14 @@ SyncerRecord::SyncerRecord(const Run& run)
   for (auto& s : heard_step) s = 0;
 }
 
-std::optional<Checkpoint> SyncerRecord::snapshot() const {
+std::shared_ptr<const Checkpoint> SyncerRecord::snapshot() const {
   std::lock_guard lk(mu_);
   return snapshot_;
 }
 
-void SyncerRecord::keep_snapshot(Checkpoint cp) {
+void SyncerRecord::keep_snapshot(std::shared_ptr<const Checkpoint> cp) {
   std::lock_guard lk(mu_);
-  snapshot_ = std::move(cp);
+  snapshot_.swap(cp);  // the old one goes with `cp`, after the lock is released
 }
 
 void SyncerRecord::publish(std::span<const float> params, std::uint64_t round, bool new_round) {

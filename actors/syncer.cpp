@@ -61,9 +61,11 @@ void note_heard(Runtime& rt, const SyncerState& st, int i) {
 /// Island `id` finished, or (on joining) trains again: the flag the app reads, the member count
 /// and the core's quorum, in that order (finished islands count among the members).
 void set_finished(SyncerState& st, Runtime& rt, int id, bool finished) {
+  const bool changed = st.core->finished(id) != finished;
   rt.syncer.finished[static_cast<std::size_t>(id)] = finished;
   st.core->set_live_islands(members(st, rt));
   st.core->finish(id, finished);
+  if (changed && st.core->health()) rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(st.core->snapshot()));
 }
 
 /// The syncer cannot go on: its state diverged (kind diverged) or its state file cannot be
@@ -102,6 +104,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   const auto t_begin = std::chrono::steady_clock::now();
   double t_link = 0.0;
   auto commits = st.core->poll(now);
+  std::vector<Frame> frames;
   for (const auto& c : commits) {
     auto frame = st.core->global_frame(c.fragment);
     if (!c.finite || !frame || !st.core->health()) {
@@ -114,7 +117,17 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
                                                    frame.error().message()
                                              : h.error().reason)));
     }
-    t_link = std::max(t_link, broadcast(self, rt, *frame));
+    frames.push_back(std::move(*frame));
+  }
+  if (!commits.empty()) {
+    // The commits are held before anyone hears of them: a syncer killed from here on restarts
+    // (in this process) from exactly these rounds, neither losing nor repeating one.
+    rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(st.core->snapshot()));
+    rt.syncer.publish(st.core->params(), st.core->global_round(), true);
+  }
+  for (std::size_t j = 0; j < commits.size(); ++j) {
+    const auto& c = commits[j];
+    t_link = std::max(t_link, broadcast(self, rt, frames[j]));
     ++rt.syncer.commits;
     for (auto& [key, n] : st.accepted) {
       if (key.second != c.fragment) continue;
@@ -132,14 +145,11 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     st.t_sync = st.t_sync == 0.0 ? t : 0.9 * st.t_sync + 0.1 * t;
     st.core->set_timing(st.t_step, st.t_sync);
   }
-  if (!commits.empty()) rt.syncer.publish(st.core->params(), st.core->global_round(), true);
-  if (st.core->snapshot_due()) {
-    auto cp = st.core->snapshot();
-    if (!rt.cfg.syncer.checkpoint.empty()) {
-      auto ok = save_checkpoint(rt.cfg.syncer.checkpoint, rt.layout_model->layout(), rt.plan, cp);
-      if (!ok) spdlog::error("syncer: snapshot not written: {}", ok.error().message());
-    }
-    rt.syncer.keep_snapshot(std::move(cp));
+  // The state file (syncer.checkpoint) is written every snapshot_every rounds and when an island
+  // finishes: what a restarted process resumes from.
+  if (!rt.cfg.syncer.checkpoint.empty() && st.core->snapshot_due()) {
+    if (auto ok = save_checkpoint(rt.cfg.syncer.checkpoint, rt.layout_model->layout(), rt.plan, st.core->snapshot()); !ok)
+      spdlog::error("syncer: snapshot not written: {}", ok.error().message());
     st.core->mark_snapshot();
     rt.emit(Event::snapshot_taken(now, st.core->global_round()));
   }
@@ -174,24 +184,26 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   // islands find the dead predecessor and keep training on their own.
   if (const double now = detail::now_s(self), back = rt->windows.syncer_back(); now < back)
     self->delayed_send(self, detail::micros(back - now), repaired_atom::value);
-  // Restart: resume from the last snapshot (the file when configured and present, else memory).
-  // A state file that cannot be resumed from stops the run, at the first start as at a restart:
-  // starting over it would throw the run's rounds away and overwrite it at the next snapshot.
-  std::optional<Checkpoint> cp;
+  // Restart: resume from the last commit held in memory (a restart in this process), else from
+  // the state file (a process started again). The file is read at every start all the same: one
+  // that cannot be resumed from stops the run, at the first start as at a restart, since going
+  // on would throw its rounds away or overwrite it at the next write.
+  std::shared_ptr<const Checkpoint> cp;
   if (!c.syncer.checkpoint.empty()) {
     auto got = load_syncer_state(c.syncer.checkpoint, rt->layout_model->layout(), rt->plan, c.train.islands);
     if (!got)
       return syncer_halt(self, *rt, Event::Kind::unusable_state, -1,
                          "unusable syncer state file, refusing to start over it: " + got.error().message());
-    cp = std::move(*got);
+    if (*got) cp = std::make_shared<const Checkpoint>(std::move(**got));
   }
-  if (!cp) cp = rt->syncer.snapshot();
+  if (auto held = rt->syncer.snapshot()) cp = std::move(held);
   const bool restart = ++rt->syncer.starts > 1;
   if (cp) {
     if (auto ok = st.core->restore(*cp); !ok)
       return syncer_halt(self, *rt, Event::Kind::unusable_state, -1,
                          "unusable syncer state" + (c.syncer.checkpoint.empty() ? std::string() : " file " + c.syncer.checkpoint) +
                              ", refusing to start over it: " + ok.error().message());
+    rt->syncer.publish(st.core->params(), st.core->global_round(), false);
     rt->emit(Event::restored(detail::now_s(self), st.core->global_round(), "from the last snapshot"));
   } else if (restart) {
     // Killed before its first snapshot: rounds start over from the initial parameters, and the

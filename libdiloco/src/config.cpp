@@ -169,8 +169,8 @@ std::vector<Field> fields(RunConfig& c) {
       {"wan", "loss", &c.wan.loss, "decoupled: probability a transmission is lost (and resent)"},
       {"wan", "retransmit_timeout_ms", &c.wan.retransmit_timeout_ms, "decoupled: a lost transmission is resent this much later, ms"},
 
-      {"syncer", "snapshot_every", &c.syncer.snapshot_every, "decoupled: global rounds between syncer snapshots (0: never)"},
-      {"syncer", "checkpoint", &c.syncer.checkpoint, "decoupled: snapshot file (safetensors); \"\": in memory only"},
+      {"syncer", "snapshot_every", &c.syncer.snapshot_every, "decoupled: global rounds between writes of the syncer's state file (0: never); in memory every commit is kept, so a syncer restarted in the process loses no round"},
+      {"syncer", "checkpoint", &c.syncer.checkpoint, "decoupled: the syncer's state file (safetensors), what a syncer process started again resumes from; \"\": in memory only"},
 
       {"supervision", "strategy", &c.supervision.strategy, "island supervisors: one_for_one, one_for_all or rest_for_one"},
       {"supervision", "intensity", &c.supervision.intensity, "restarts allowed within period_s before escalating"},

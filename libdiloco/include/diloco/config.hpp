@@ -105,10 +105,12 @@ struct IslandsConfig {
   }
 };
 
-/// The syncer actor: snapshots that a restarted syncer resumes from.
+/// The syncer actor: snapshots that a restarted syncer resumes from. In memory the syncer keeps
+/// every commit (a restart in the process loses no round); on disk, for a process started again,
+/// its state file is written every snapshot_every global rounds.
 struct SyncerConfig {
-  long snapshot_every = 5;       // global rounds between snapshots (0: never)
-  std::string checkpoint;        // snapshot file (safetensors); empty: kept in memory only
+  long snapshot_every = 5;       // global rounds between writes of the state file (0: never)
+  std::string checkpoint;        // state file (safetensors); empty: kept in memory only
 };
 
 /// Supervision of the actor tree (OTP flags, applied to the root and every island supervisor).

@@ -26,7 +26,7 @@ struct SyncerSettings {
   OuterConfig outer;
   CodecParams broadcast;         // fp32: broadcasts Θ_p exactly (global_params); lossy: the quantised
                                  // change of Θ̂_p (global_delta, error feedback by construction)
-  long snapshot_every = 0;       // global rounds between snapshots (0: never)
+  long snapshot_every = 0;       // global rounds between snapshots on disk (0: never; snapshot_due)
 };
 
 /// What one commit of one fragment did.

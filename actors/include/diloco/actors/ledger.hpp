@@ -61,9 +61,11 @@ struct SyncerRecord {
   /// Per island: the last step heard of, what a restarted site process is told to resume from.
   std::vector<std::atomic<long>> heard_step;
 
-  /// The last snapshot in memory (also written to syncer.checkpoint when set).
-  std::optional<Checkpoint> snapshot() const;
-  void keep_snapshot(Checkpoint cp);
+  /// The syncer's committed state as of its latest commit (or change of who finished): an
+  /// immutable snapshot published by a pointer swap, so a syncer restarted in this process
+  /// resumes from its last commit and loses no round. Null before the first one.
+  std::shared_ptr<const Checkpoint> snapshot() const;
+  void keep_snapshot(std::shared_ptr<const Checkpoint> cp);
   /// New global parameters (`new_round`: a round the app has not seen yet).
   void publish(std::span<const float> params, std::uint64_t round, bool new_round);
   /// The newest global parameters and their round.
@@ -80,7 +82,7 @@ struct SyncerRecord {
 
 private:
   mutable std::mutex mu_;
-  std::optional<Checkpoint> snapshot_;
+  std::shared_ptr<const Checkpoint> snapshot_;
   std::vector<float> global_;
   std::uint64_t round_ = 0;
   std::deque<std::pair<std::uint64_t, std::vector<float>>> new_rounds_;
