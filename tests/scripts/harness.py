@@ -86,7 +86,9 @@ class Proc:
 def fail(why):
     print(f"FAIL: {why}")
     for p in procs:
-        print(f"---- {p.name} (pid {p.p.pid}) ----\n{p.text()[-6000:]}")
+        # A negative exit code is the signal that ended the process (-13: SIGPIPE, -11: SIGSEGV).
+        code = p.p.poll()
+        print(f"---- {p.name} (pid {p.p.pid}, {'running' if code is None else f'exit code {code}'}) ----\n{p.text()[-6000:]}")
     cleanup()
     sys.exit(1)
 
