@@ -69,6 +69,9 @@ Checkpoint make_state(const Run& r, int islands, std::uint64_t seed) {
     is.island = i;
     is.params = noise(r.layout().size(), seed + 30 + i);
     is.adam_steps = opt.steps_taken();
+    is.step = is.adam_steps + 3 * i;  // island 1 restarted at step 3: its moments are younger
+    if (i == 1)  // progress since the last send, per fragment
+      for (int p = 0; p < r.plan.count(); ++p) is.tokens_since.push_back(7 + p), is.steps_since.push_back(1 + p);
     is.adam_m.assign(opt.m().begin(), opt.m().end());
     is.adam_v.assign(opt.v().begin(), opt.v().end());
     cp.islands.push_back(std::move(is));
@@ -93,6 +96,9 @@ void check_identical(const Checkpoint& a, const Checkpoint& b, bool islands = tr
   for (std::size_t i = 0; i < a.islands.size(); ++i) {
     BOOST_TEST(a.islands[i].island == b.islands[i].island);
     BOOST_TEST(a.islands[i].adam_steps == b.islands[i].adam_steps);
+    BOOST_TEST(a.islands[i].step == b.islands[i].step);
+    BOOST_TEST(a.islands[i].tokens_since == b.islands[i].tokens_since);
+    BOOST_TEST(a.islands[i].steps_since == b.islands[i].steps_since);
     BOOST_TEST(same_bits(a.islands[i].params, b.islands[i].params));
     BOOST_TEST(same_bits(a.islands[i].adam_m, b.islands[i].adam_m));
     BOOST_TEST(same_bits(a.islands[i].adam_v, b.islands[i].adam_v));

@@ -5,13 +5,17 @@
 
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <span>
 #include <type_traits>
 #include <variant>
 
+#include <unistd.h>
+
 #include "core_fixtures.hpp"
+#include "diloco/checkpoint.hpp"
 #include "diloco/island_core.hpp"
 #include "diloco/syncer_core.hpp"
 
@@ -283,4 +287,65 @@ BOOST_AUTO_TEST_CASE(island_whose_outer_gradient_holds_infinity_reports_divergen
   BOOST_REQUIRE(!island.health());
   BOOST_TEST(island.health().error().reason.find("island 1 diverged: the outer gradient of fragment 0") !=
              std::string::npos);
+}
+
+// A run resumed from its state file: an island restored from the state saved after step 7 (through
+// save_checkpoint and load_checkpoint) takes steps 8..13 exactly as the island that never
+// stopped (same parameters to the bit: same AdamW moments, same learning rate in the warm-up),
+// and counts the same progress since its last send; also for an island that had restarted once
+// (its moments younger than its step). Another island's state is refused.
+BOOST_AUTO_TEST_CASE(an_island_restored_from_its_saved_state_takes_the_same_steps_as_one_that_never_stopped) {
+  TwoFragments t;
+  std::vector<float> init(t.layout.size());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& x : init) x = nd(rng);
+  std::vector<std::vector<float>> grads(13, std::vector<float>(t.layout.size()));
+  for (auto& g : grads)
+    for (auto& x : g) x = nd(rng);
+  AdamWConfig inner;
+  inner.warmup_steps = 10;
+  const IslandSettings is{1, SyncSchedule{4, 2}, 0, 0.0, CodecParams{}, true};
+  auto step = [&](IslandCore& island, int k) {
+    ChipGradient g{grads[static_cast<std::size_t>(k)], 100 + static_cast<std::uint64_t>(k), 2.0};
+    island.apply_gradient(std::span<const ChipGradient>(&g, 1));
+  };
+  for (const long restarted_at : {0L, 3L}) {
+    BOOST_TEST_CONTEXT("island restarted at step " << restarted_at) {
+      IslandCore whole(t.layout, t.plan, is, inner, init), first(t.layout, t.plan, is, inner, init);
+      whole.resume_at(restarted_at);
+      first.resume_at(restarted_at);
+      for (int k = 0; k < 7; ++k) step(whole, k), step(first, k);
+      BOOST_REQUIRE(whole.outer_gradient_frame(0));  // fragment 0 sent: its counters start over
+      BOOST_REQUIRE(first.outer_gradient_frame(0));
+      Checkpoint cp;
+      cp.params = init;
+      for (int p = 0; p < t.plan.count(); ++p) cp.momentum.emplace_back(t.plan.size(p), 0.0f);
+      cp.rounds.assign(static_cast<std::size_t>(t.plan.count()), 0);
+      cp.islands.push_back(first.state());
+      const auto path = (std::filesystem::temp_directory_path() / ("diloco-island-state-" + std::to_string(::getpid()))).string();
+      BOOST_REQUIRE(save_checkpoint(path, t.layout, t.plan, cp));
+      auto back = load_checkpoint(path, t.layout, t.plan);
+      std::filesystem::remove(path);
+      BOOST_REQUIRE(back);
+      BOOST_REQUIRE(back->islands.size() == 1u);
+      BOOST_TEST(back->islands[0].step == restarted_at + 7);
+      IslandCore resumed(t.layout, t.plan, is, inner, init);
+      BOOST_REQUIRE(resumed.restore(back->islands[0]));
+      for (int k = 7; k < 13; ++k) step(whole, k), step(resumed, k);
+      BOOST_TEST(resumed.step() == whole.step());
+      BOOST_TEST((std::vector<float>(resumed.params().begin(), resumed.params().end()) ==
+                  std::vector<float>(whole.params().begin(), whole.params().end())));
+      for (int p = 0; p < t.plan.count(); ++p) {
+        BOOST_TEST(resumed.tokens_since(p) == whole.tokens_since(p));
+        BOOST_TEST(resumed.steps_since(p) == whole.steps_since(p));
+      }
+      IslandSettings other = is;
+      other.island = 2;
+      IslandCore stranger(t.layout, t.plan, other, inner, init);
+      auto refused = stranger.restore(back->islands[0]);
+      BOOST_REQUIRE(!refused);
+      BOOST_TEST((refused.error().code == errc::checkpoint_mismatch));
+    }
+  }
 }

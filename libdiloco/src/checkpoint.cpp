@@ -40,6 +40,8 @@ std::string island_name(int i, std::string_view what, const std::string& tensor)
   return "diloco.island." + std::to_string(i) + "." + std::string(what) + "." + tensor;
 }
 std::string island_steps_key(int i) { return "diloco.island." + std::to_string(i) + ".adam_steps"; }
+std::string island_step_key(int i) { return "diloco.island." + std::to_string(i) + ".step"; }
+std::string island_since_key(int i) { return "diloco.island." + std::to_string(i) + ".since"; }
 
 std::size_t dtype_bytes(const std::string& d) {
   if (d == "F64" || d == "I64" || d == "U64") return 8;
@@ -126,6 +128,13 @@ Status check_state(const ParamLayout& layout, const FragmentPlan& plan, const Ch
     if (is.params.size() != layout.size() || is.adam_m.size() != layout.size() || is.adam_v.size() != layout.size())
       return mismatch("island " + std::to_string(is.island) + " state does not match the model's " + num(layout.size()) + " values");
     if (is.adam_steps < 0) return mismatch("island " + std::to_string(is.island) + " has negative AdamW steps");
+    if (is.step < is.adam_steps)
+      return mismatch("island " + std::to_string(is.island) + " is at step " + std::to_string(is.step) + ", before its " +
+                      std::to_string(is.adam_steps) + " AdamW steps");
+    if (is.tokens_since.size() != is.steps_since.size() ||
+        (!is.tokens_since.empty() && is.tokens_since.size() != static_cast<std::size_t>(plan.count())))
+      return mismatch("island " + std::to_string(is.island) + " counts progress of " + num(is.tokens_since.size()) + " and " +
+                      num(is.steps_since.size()) + " fragments for a plan of " + num(plan.count()));
   }
   for (const auto& [k, v] : cp.metadata)
     if (k.rfind("diloco.", 0) == 0) return mismatch("metadata key '" + k + "' uses the reserved prefix diloco.");
@@ -180,6 +189,13 @@ std::string header_of(const ParamLayout& layout, const FragmentPlan& plan, const
     if (!ids.empty()) ids += ',';
     ids += std::to_string(is.island);
     meta[island_steps_key(is.island)] = std::to_string(is.adam_steps);
+    meta[island_step_key(is.island)] = std::to_string(is.step);
+    if (!is.tokens_since.empty()) {  // tokens and steps of fragment 0, of fragment 1, ...
+      std::string since;
+      for (std::size_t p = 0; p < is.tokens_since.size(); ++p)
+        since += (p ? "," : "") + num(is.tokens_since[p]) + "," + num(is.steps_since[p]);
+      meta[island_since_key(is.island)] = since;
+    }
   }
   meta["diloco.islands"] = ids;
   h["__metadata__"] = meta;
@@ -463,6 +479,24 @@ Expected<Checkpoint> parse_checkpoint(std::span<const std::byte> file, const Par
     IslandState is;
     is.island = i;
     is.adam_steps = static_cast<long>(steps[0]);
+    // The local step (absent from files of islands that kept no schedule position: their AdamW steps).
+    is.step = is.adam_steps;
+    if (const std::string* step_s = meta_of(island_step_key(i))) {
+      const auto step = parse_list(*step_s, ok);
+      if (!ok || step.size() != 1 || step[0] > (std::uint64_t{1} << 62) || step[0] < steps[0])
+        return corrupt("metadata " + island_step_key(i) + " is not an integer at least " + island_steps_key(i));
+      is.step = static_cast<long>(step[0]);
+    }
+    if (const std::string* since_s = meta_of(island_since_key(i))) {
+      const auto since = parse_list(*since_s, ok);
+      if (!ok || since.size() != 2 * static_cast<std::size_t>(plan.count()))
+        return corrupt("metadata " + island_since_key(i) + " is not " + num(2 * plan.count()) +
+                       " integers (tokens and steps since the last send, per fragment)");
+      for (int p = 0; p < plan.count(); ++p) {
+        is.tokens_since.push_back(since[2 * static_cast<std::size_t>(p)]);
+        is.steps_since.push_back(since[2 * static_cast<std::size_t>(p) + 1]);
+      }
+    }
     const std::string label = "island " + std::to_string(i);
     if (auto st = take_model([&](const std::string& n) { return island_name(i, "params", n); }, is.params, label + " params"); !st)
       return st.error();

@@ -238,6 +238,44 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
   }
 }
 
+IslandState IslandCore::state() const {
+  IslandState s;
+  s.island = settings_.island;
+  s.params = *params_;
+  s.adam_steps = opt_.steps_taken();
+  s.adam_m.assign(opt_.m().begin(), opt_.m().end());
+  s.adam_v.assign(opt_.v().begin(), opt_.v().end());
+  s.step = step_;
+  s.tokens_since = tokens_;
+  s.steps_since = steps_;
+  return s;
+}
+
+Status IslandCore::restore(const IslandState& s) {
+  const auto n = params_->size();
+  const auto P = static_cast<std::size_t>(plan_->count());
+  if (s.island != settings_.island)
+    return Error{errc::checkpoint_mismatch, "the state of island " + std::to_string(s.island) + " given to island " +
+                                                std::to_string(settings_.island)};
+  if (s.params.size() != n || s.adam_m.size() != n || s.adam_v.size() != n)
+    return Error{errc::checkpoint_mismatch, "island " + std::to_string(s.island) + "'s state holds " +
+                                                std::to_string(s.params.size()) + " values, the model has " + std::to_string(n)};
+  if (s.adam_steps < 0 || s.step < s.adam_steps || (!s.tokens_since.empty() && s.tokens_since.size() != P) ||
+      s.steps_since.size() != s.tokens_since.size())
+    return Error{errc::checkpoint_mismatch, "island " + std::to_string(s.island) + "'s step counts do not fit this run"};
+  writable() = s.params;
+  opt_.restore(s.adam_steps, s.adam_m, s.adam_v);
+  // The schedule's steps before AdamW's first: none for an island that never restarted.
+  opt_.resume_schedule(s.step - s.adam_steps);
+  step_ = s.step;
+  if (!s.tokens_since.empty()) {
+    tokens_ = s.tokens_since;
+    steps_ = s.steps_since;
+  }
+  queue_.clear();
+  return {};
+}
+
 bool IslandCore::must_wait() const {
   for (std::size_t p = 0; p < awaiting_.size(); ++p)
     if (awaiting_[p] && sent_at_[p] + settings_.tau <= step_) return true;

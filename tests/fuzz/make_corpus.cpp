@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
   is.island = 1;
   is.params = cp.params;
   is.adam_steps = 12;
+  is.step = 12;
   is.adam_m = values(layout.size(), 20);
   is.adam_v.assign(layout.size(), 1e-6f);
   cp.islands.push_back(is);

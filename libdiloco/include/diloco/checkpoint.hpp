@@ -23,6 +23,11 @@ struct IslandState {
   int island = 0;
   std::vector<float> params;  // flat, ParamLayout order
   long adam_steps = 0;        // AdamW::steps_taken()
+  long step = 0;              // the island's local step (≥ adam_steps; more after a restart of the
+                              // island, whose moments started afresh): the schedule's position
+  // Per fragment: target tokens and steps since its last send (IslandCore::tokens_since and
+  // steps_since), the weight of the progress the island sends next; empty: none recorded.
+  std::vector<std::uint64_t> tokens_since, steps_since;
   std::vector<float> adam_m;  // AdamW::m()
   std::vector<float> adam_v;  // AdamW::v()
 };

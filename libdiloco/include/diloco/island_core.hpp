@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "diloco/checkpoint.hpp"
 #include "diloco/codec.hpp"
 #include "diloco/expected.hpp"
 #include "diloco/fragments.hpp"
@@ -90,6 +91,16 @@ public:
     step_ = step;
     opt_.resume_schedule(step);
   }
+  /// What a resumed run needs of this island: its parameters, AdamW's moments and step count,
+  /// its local step (the sync schedule's and the learning rate's position) and per fragment the
+  /// tokens and steps since its last send.
+  IslandState state() const;
+  /// Takes `s` back (a resumed run): the next step is the one the saved island would have taken,
+  /// at the same learning rate. The global fragments come afterwards from the syncer's welcome
+  /// (heal with keep_local), which re-bases them, so the progress since the last merge is sent
+  /// again. Fails with checkpoint_mismatch when `s` is of another island, model or plan.
+  Status restore(const IslandState& s);
+
   /// Fragments due after the current local step, in index order.
   std::vector<int> due() const;
   /// Fragment p is due on its schedule (every H steps from its offset). Decoupled islands never
