@@ -76,7 +76,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
     }
     return f->island;
   };
-  auto close = [self, rt, name, log](const std::string& why, caf::sec code) {
+  auto close = [self, rt, name, mine, log](const std::string& why, caf::sec code) {
     auto& st = self->state;
     if (st.closing) return;
     st.closing = true;
@@ -87,7 +87,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
     // A site whose islands all finished (trained their budget, or drained when it left) is gone
     // by design, not lost.
     bool finished = true;
-    for (int i : islands_of_site(rt->cfg, site_index(rt->cfg, name)))
+    for (int i : mine)
       finished = finished && rt->syncer.finished[static_cast<std::size_t>(i)].load();
     if (log) log("site " + name + (finished ? " left (its islands finished): " : " lost: ") + why);
     self->quit(caf::make_error(code, why));

@@ -93,6 +93,18 @@ bool send_fragment(Self self, int p) {
   return true;
 }
 
+/// Tells the syncer the island joined that it finished (Progress.finished): rounds stop waiting
+/// for it. Once per syncer: a re-join clears `left`.
+void say_finished(Self self) {
+  auto& st = self->state;
+  if (st.left) return;
+  auto pm = st.core->progress();
+  pm.finished = true;
+  detail::send_over_link(self, *st.rt, st.island, true, st.member.syncer, progress_atom::value,
+                         detail::to_wire(encode_message(pm)));
+  st.left = true;
+}
+
 /// The budget is spent, or the island is leaving (draining): it takes no more steps
 /// (winding_down). With the final sync, and always when it leaves, it first sends every
 /// fragment's unsent progress (after the merge of one still in flight arrives, so as not to
@@ -111,13 +123,7 @@ void wind_down(Self self) {
   if (st.draining && rt.synchronous()) {
     // Synchronous modes merge whole rounds: the round in progress is left out, and the syncer
     // is told the island finished, so that rounds stop waiting for it.
-    if (st.member.syncer && !st.left) {
-      auto pm = st.core->progress();
-      pm.finished = true;
-      detail::send_over_link(self, rt, st.island, true, st.member.syncer, progress_atom::value,
-                             detail::to_wire(encode_message(pm)));
-      st.left = true;
-    }
+    if (st.member.syncer) say_finished(self);
     count_done(self, step);
     return self->become(done(self));
   }
@@ -139,13 +145,7 @@ void wind_down(Self self) {
   }
   if (!unsent) st.resend = false;
   for (int p = 0; p < rt.P(); ++p) awaiting = awaiting || st.core->awaiting(p);
-  if (!unsent && !st.left) {
-    auto pm = st.core->progress();
-    pm.finished = true;
-    detail::send_over_link(self, rt, st.island, true, st.member.syncer, progress_atom::value,
-                           detail::to_wire(encode_message(pm)));
-    st.left = true;
-  }
+  if (!unsent) say_finished(self);
   if (!unsent && !awaiting) {
     count_done(self, step);
     self->become(done(self));
