@@ -34,6 +34,7 @@ struct IslandState {
   bool resend = false;   // finished, then re-joined a (restarted) syncer: send every fragment
   bool draining = false; // told to leave (drain_atom): winds down as if its budget were spent
   bool announced = false; // its leaving was reported (Event::leaving)
+  bool resumed = false;   // restored from a state directory: its first welcome keeps its parameters
   Membership member;                // the syncer it joined, its join requests
   std::unique_ptr<ChipPool> chips;            // hands each step to the chips, gathers their replies
   int incarnation = 0;
@@ -105,6 +106,14 @@ void say_finished(Self self) {
   st.left = true;
 }
 
+/// A run with a state directory: the island's state as of now goes to its record, for the
+/// syncer's next state file (Run::keep_island_states).
+void keep_state(Self self) {
+  auto& st = self->state;
+  if (!st.rt->keep_island_states) return;
+  st.rt->islands[static_cast<std::size_t>(st.island)].keep_state(std::make_shared<const diloco::IslandState>(st.core->state()));
+}
+
 /// The budget is spent, or the island is leaving (draining): it takes no more steps
 /// (winding_down). With the final sync, and always when it leaves, it first sends every
 /// fragment's unsent progress (after the merge of one still in flight arrives, so as not to
@@ -145,6 +154,7 @@ void wind_down(Self self) {
   }
   if (!unsent) st.resend = false;
   for (int p = 0; p < rt.P(); ++p) awaiting = awaiting || st.core->awaiting(p);
+  keep_state(self);  // before the syncer hears it finished (and writes its state file)
   if (!unsent) say_finished(self);
   if (!unsent && !awaiting) {
     count_done(self, step);
@@ -186,8 +196,10 @@ void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int 
     if (st.member.syncer) {
       detail::send_over_link(self, rt, i, true, st.member.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
-      for (int p : st.core->due())
+      const auto due = st.core->due();
+      for (int p : due)
         if (!send_fragment(self, p)) return;
+      if (!due.empty()) keep_state(self);
     }
     fire_step_faults(self, rt, i, step);
     if (!st.member.syncer) ask_to_join(self, true);
@@ -231,7 +243,10 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   const auto got = admit_welcome(self, w);
   if (!got) return false;
   const auto& reply = *got;
-  st.core->heal(reply, /*keep_local=*/rejoin);
+  // A re-join keeps the local progress and re-bases; so does the first join of an island
+  // restored from a state directory (its parameters are its own, the syncer's may be older).
+  st.core->heal(reply, /*keep_local=*/rejoin || st.resumed);
+  st.resumed = false;
   st.left = false;  // the syncer counts on a joining island until it says it finished
   count_joined(self);
   rt.emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
@@ -364,6 +379,14 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   s.codec = CodecParams{*parse_encoding(c.fragments.encoding), static_cast<std::uint32_t>(c.fragments.block_size)};
   s.error_feedback = c.fragments.error_feedback;
   st.core = std::make_unique<IslandCore>(rt->layout_model->layout(), rt->plan, s, c.inner, rt->initial);
+  // The first start of a resumed run's island takes back its saved state (later restarts heal
+  // from the global parameters, as in any run).
+  if (const auto& saved = rt->resume_islands[static_cast<std::size_t>(i)];
+      saved && rt->islands[static_cast<std::size_t>(i)].incarnation.load() == 0) {
+    if (auto ok = st.core->restore(*saved); !ok)
+      spdlog::error("island {}: saved state not restored, starting from the global parameters: {}", i, ok.error().message());
+    else st.resumed = true;
+  }
   start_member(self, rt, i);
   return joining(self);
 }

@@ -5,6 +5,16 @@
 
 namespace diloco::actors {
 
+void IslandRecord::keep_state(std::shared_ptr<const IslandState> s) {
+  std::lock_guard lock(state_mu_);
+  state_ = std::move(s);
+}
+
+std::shared_ptr<const IslandState> IslandRecord::kept_state() const {
+  std::lock_guard lock(state_mu_);
+  return state_;
+}
+
 SyncerRecord::SyncerRecord(const Run& run)
     : finished(static_cast<std::size_t>(run.cfg.train.islands)), heard_step(static_cast<std::size_t>(run.cfg.train.islands)),
       global_(run.initial) {

@@ -35,12 +35,13 @@ std::vector<ChaosEvent> make_schedule(const RunConfig& cfg) {
 
 }  // namespace
 
-Run::Run(RunConfig c)
+Run::Run(RunConfig c, double resumed_at)
     : cfg(std::move(c)), budget(RunBudget::of(cfg)), corpus(Corpus::make(cfg.data, cfg.model.vocab)), layout_model(make_model(cfg.model)),
       plan(FragmentPlan::make(cfg.fragments.plan, layout_model->layout(),
                               cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::ddp ? 1 : cfg.fragments.count)),
-      initial(layout_model->layout().size()), schedule(make_schedule(cfg)),
-      resume_steps(static_cast<std::size_t>(cfg.train.islands), 0) {
+      initial(layout_model->layout().size()), schedule(resume_schedule(make_schedule(cfg), resumed_at)),
+      resume_steps(static_cast<std::size_t>(cfg.train.islands), 0),
+      resume_islands(static_cast<std::size_t>(cfg.train.islands)), resumed_at_s(resumed_at) {
   layout_model->init(initial, cfg.train.seed);
 }
 

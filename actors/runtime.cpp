@@ -65,8 +65,8 @@ bool Runtime::all_done() const {
   return diloco::all_done(budget, done, up, tally().tokens);
 }
 
-Runtime::Runtime(RunConfig c, std::function<void(const Event&)> on_event)
-    : Run(std::move(c)), Ledger(*this, std::move(on_event)), dir(cfg.train.islands, cfg.islands.max_chips()),
+Runtime::Runtime(RunConfig c, std::function<void(const Event&)> on_event, double resumed_at)
+    : Run(std::move(c), resumed_at), Ledger(*this, std::move(on_event)), dir(cfg.train.islands, cfg.islands.max_chips()),
       windows(cfg.train.islands, cfg.islands.max_chips(), cfg.faults.size()), links(cfg, schedule) {}
 
 double Runtime::speed(int island, double now) const {

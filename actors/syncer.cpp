@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "detail.hpp"
+#include "diloco/run_state.hpp"
 #include "diloco/syncer_core.hpp"
 
 namespace diloco::actors {
@@ -98,6 +99,22 @@ double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Fram
   return t_link;
 }
 
+/// What the syncer's state file holds: its committed state and, in a run with a state directory
+/// (Run::keep_island_states), each island's own state as of its last send and how far the run
+/// had gone (seconds, tokens per island): everything a resumed run needs, in one atomic write.
+Checkpoint state_file(const Runtime& rt, const SyncerCore& core, double now) {
+  Checkpoint cp = core.snapshot();
+  if (!rt.keep_island_states) return cp;
+  RunProgress progress;
+  progress.elapsed_s = rt.resumed_at_s + (now - rt.t0.load());
+  for (const auto& rec : rt.islands) {
+    progress.tokens.push_back(rec.tokens.load());
+    if (auto s = rec.kept_state()) cp.islands.push_back(*s);
+  }
+  put_run_progress(cp, progress);
+  return cp;
+}
+
 void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   auto& st = self->state;
   const double now = detail::now_s(self);
@@ -148,7 +165,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   // The state file (syncer.checkpoint) is written every snapshot_every rounds and when an island
   // finishes: what a restarted process resumes from.
   if (!rt.cfg.syncer.checkpoint.empty() && st.core->snapshot_due()) {
-    if (auto ok = save_checkpoint(rt.cfg.syncer.checkpoint, rt.layout_model->layout(), rt.plan, st.core->snapshot()); !ok)
+    if (auto ok = save_checkpoint(rt.cfg.syncer.checkpoint, rt.layout_model->layout(), rt.plan, state_file(rt, *st.core, now)); !ok)
       spdlog::error("syncer: snapshot not written: {}", ok.error().message());
     st.core->mark_snapshot();
     rt.emit(Event::snapshot_taken(now, st.core->global_round()));

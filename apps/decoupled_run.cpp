@@ -5,6 +5,7 @@
 #include "report.hpp"
 #include "watch.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "diloco/actors/runtime.hpp"
+#include "diloco/run_state.hpp"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -53,10 +55,68 @@ void save_params(const diloco::RunConfig& cfg, const std::string& path, std::spa
   spdlog::info("saved the final parameters to {}", path);
 }
 
-int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label,
-                  const std::vector<float>& initial, const std::string& save, const std::string& http) {
+namespace {
+
+/// `--state DIR`: opens the run's state directory (refusing one of another configuration), points
+/// the syncer's state file into it, and reads how far a run to resume had gone.
+struct StateDir {
+  std::optional<diloco::RunStateDir> dir;
+  diloco::RunProgress progress;
+};
+
+StateDir open_state(diloco::RunConfig& cfg, const std::string& path, bool has_init) {
+  StateDir s;
+  if (path.empty()) return s;
+  if (cfg.train.mode == diloco::TrainMode::ddp)
+    throw std::invalid_argument("--state: train.mode \"ddp\" keeps its parameter server's state in memory only; "
+                                "a state directory resumes the decoupled, diloco and streaming modes");
+  if (cfg.syncer.snapshot_every < 1)
+    throw std::invalid_argument("--state: syncer.snapshot_every is 0, so no state would ever be written; set it to "
+                                "the number of global rounds between writes (1: every round)");
+  auto d = diloco::open_run_state(path, cfg);
+  if (!d) throw std::runtime_error("--state " + path + ": " + d.error().message());
+  if (d->resuming && has_init)
+    throw std::invalid_argument("--init with --state " + path + ", which holds a run to resume: use one or the other");
+  cfg.syncer.checkpoint = d->state_path();
+  if (d->resuming) {
+    auto bytes = diloco::read_file(d->state_path());
+    auto file = bytes ? diloco::read_safetensors(*bytes) : diloco::Expected<diloco::SafetensorsFile>(bytes.error());
+    auto progress = file ? diloco::run_progress_of(file->metadata, cfg.train.islands)
+                         : diloco::Expected<diloco::RunProgress>(file.error());
+    if (!progress) throw std::runtime_error("--state " + path + ": " + d->state_path() + ": " + progress.error().message());
+    s.progress = std::move(*progress);
+  }
+  s.dir = std::move(*d);
+  return s;
+}
+
+/// A resumed run: each island's saved state and tokens go to the runtime before the tree is
+/// spawned (the syncer reads its own part of the file when it starts). Returns the saved global
+/// parameters and their round, for the line that says where the run resumes.
+std::pair<std::vector<float>, std::uint64_t> resume_islands(diloco::actors::Runtime& rt, const StateDir& s) {
+  auto cp = diloco::load_checkpoint(s.dir->state_path(), rt.layout_model->layout(), rt.plan);
+  if (!cp) throw std::runtime_error("--state " + s.dir->dir + ": " + cp.error().message());
+  for (auto& is : cp->islands) {
+    if (is.island >= rt.cfg.train.islands) continue;
+    const auto i = static_cast<std::size_t>(is.island);
+    rt.resume_steps[i] = is.step;
+    rt.resume_islands[i] = std::make_shared<const diloco::IslandState>(std::move(is));
+  }
+  for (std::size_t i = 0; i < s.progress.tokens.size(); ++i) rt.islands[i].tokens = s.progress.tokens[i];
+  // The global round is the fragments' lowest (SyncerCore::global_round).
+  std::uint64_t round = cp->rounds.empty() ? 0 : *std::min_element(cp->rounds.begin(), cp->rounds.end());
+  return {std::move(cp->params), round};
+}
+
+}  // namespace
+
+int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, const std::string& config_label,
+                  const std::vector<float>& initial, const std::string& save, const std::string& http,
+                  const std::string& state_dir) {
   using namespace diloco;
   using namespace diloco::actors;
+  RunConfig cfg = run_cfg;
+  const auto state = open_state(cfg, state_dir, !initial.empty());
   const auto http_at = http.empty() ? std::optional<HttpAddress>() : HttpAddress::parse(http);
   JsonLines jsonl;
   if (!metrics.empty()) jsonl.open(metrics);
@@ -67,7 +127,8 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   auto rt = std::make_shared<Runtime>(cfg, [timeline, monitor](const Event& e) {
     timeline->on(e);
     if (*monitor) (*monitor)->on(e);
-  });
+  }, state.progress.elapsed_s);
+  rt->keep_island_states = state.dir.has_value();
   if (!initial.empty()) {
     if (initial.size() != rt->initial.size()) throw std::runtime_error("--init: the checkpoint is for another model");
     rt->initial = initial;
@@ -78,6 +139,23 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   const auto round_eval = rt->corpus.progress_windows(cfg.model.seq_len, cfg.train.round_eval_windows);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   log_start(*rt, config_label, cores);
+  std::uint64_t resumed_round = 0;
+  if (state.dir && state.dir->resuming) {
+    const auto [global, round] = resume_islands(*rt, state);
+    resumed_round = round;
+    std::string steps;
+    for (int i = 0; i < cfg.train.islands; ++i) {
+      const auto& is = rt->resume_islands[static_cast<std::size_t>(i)];
+      steps += (i ? ", " : "") + (is ? std::to_string(is->step) : std::string("-"));
+    }
+    std::printf("resuming %s at global round %llu after %.1f s: islands at steps [%s], eval loss %.4f\n",
+                state.dir->dir.c_str(), static_cast<unsigned long long>(round), state.progress.elapsed_s, steps.c_str(),
+                evaluate(*model, global, round_eval));
+    std::fflush(stdout);
+  } else if (state.dir) {
+    spdlog::info("run state: {} (written with the syncer's state file, every syncer.snapshot_every = {} rounds)",
+                 state.dir->dir, cfg.syncer.snapshot_every);
+  }
 
   caf::actor_system_config sc;
   configure_runtime_system(sc, static_cast<std::size_t>(cores));
@@ -90,7 +168,10 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   const auto start = Clock::now();
   timeline->restart_clock();  // timeline, fault marks and progress lines share one origin
   auto root = spawn_runtime(sys, rt, supervision_sink(*monitor));
-  auto seconds = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  // A resumed run's seconds go on from where it stopped (tok/s, the ETA and the summary are of the whole run).
+  auto seconds = [start, before = state.progress.elapsed_s] {
+    return before + std::chrono::duration<double>(Clock::now() - start).count();
+  };
   // If the tree gives up (restart intensity exceeded at the root), stop waiting for islands.
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   auto tree_reason = std::make_shared<std::string>();
@@ -102,7 +183,7 @@ int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, cons
   // The main thread only watches: it evaluates the global parameters when a global round lands.
   RoundTable table(*rt, jsonl);
   table.header();
-  std::uint64_t printed = 0;
+  std::uint64_t printed = resumed_round;  // the last global round reported
   double finished_at = 0.0;
   WatchRules rules;
   rules.done = [&] { return rt->all_done(); };

@@ -76,7 +76,8 @@ std::uint64_t physical_memory() {
 
 int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
         std::optional<std::uint64_t> seed, std::uint64_t memory_limit, bool on_actors = false,
-        const std::string& init = {}, const std::string& save = {}, const std::string& http = {}) {
+        const std::string& init = {}, const std::string& save = {}, const std::string& http = {},
+        const std::string& state = {}) {
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
@@ -86,7 +87,10 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
                                        : diloco::load_config(path, overrides, memory_limit);
   const std::string label = path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path;
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
-  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors) return run_decoupled(cfg, metrics, label, initial, save, http);
+  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors) return run_decoupled(cfg, metrics, label, initial, save, http, state);
+  if (!state.empty())
+    throw std::invalid_argument("--state: the reference loop of mode " + std::string(diloco::name_of(cfg.train.mode)) +
+                                " does not resume; add --actors to run it on the actor runtime");
   if (!http.empty())
     throw std::invalid_argument("--http: the reference loop of mode " + std::string(diloco::name_of(cfg.train.mode)) +
                                 " has no actors to watch; add --actors to run it on the actor runtime");
@@ -186,6 +190,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--init", init_path, "start from the parameters in this checkpoint (one written by --save)")
       ->check(CLI::ExistingFile);
   run_cmd->add_option("--save", save_path, "write the final global parameters to this checkpoint (safetensors)");
+  std::string state_dir;
+  run_cmd->add_option("--state", state_dir,
+                      "keep the whole run's state in this directory and resume from it when it holds one (the same "
+                      "config only; decoupled, or --actors)");
   std::string http;
   run_cmd->add_option("--http", http,
                       "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: "
@@ -285,7 +293,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http);
+    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http, state_dir);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -171,3 +171,33 @@ BOOST_AUTO_TEST_CASE(bad_chaos_settings_name_the_key) {
   BOOST_TEST(validate(ChaosConfig{}).empty());
   BOOST_CHECK_THROW(chaos_schedule(ChaosConfig{.enabled = true, .repair_s = -1.0}, 1, 1, 1), std::invalid_argument);
 }
+
+BOOST_AUTO_TEST_CASE(a_resumed_run_goes_on_with_the_rest_of_its_schedule) {
+  ChaosEvent kill, slow, late;
+  kill.kind = ChaosEvent::kill_chip;
+  kill.at_s = 3.0;
+  kill.duration_s = 1.0;
+  slow.kind = ChaosEvent::straggle;
+  slow.at_s = 8.0;
+  slow.duration_s = 6.0;
+  slow.factor = 0.5;
+  late.kind = ChaosEvent::kill_island;
+  late.at_s = 12.5;
+  late.duration_s = 2.0;
+  const auto left = resume_schedule({kill, slow, late}, 10.0);
+  // The kill before the resume is over; the straggle under way goes on for its last 4 s from 0;
+  // the later kill comes 10 s earlier on the resumed run's clock.
+  BOOST_REQUIRE(left.size() == 2u);
+  BOOST_TEST(left[0].kind == ChaosEvent::straggle);
+  BOOST_TEST(left[0].at_s == 0.0);
+  BOOST_TEST(left[0].duration_s == 4.0, tt::tolerance(1e-12));
+  BOOST_TEST(left[0].factor == 0.5);
+  BOOST_TEST(left[1].kind == ChaosEvent::kill_island);
+  BOOST_TEST(left[1].at_s == 2.5, tt::tolerance(1e-12));
+  BOOST_TEST(left[1].duration_s == 2.0);
+  // Nothing trained yet: the schedule as it was.
+  const auto same = resume_schedule({kill, slow, late}, 0.0);
+  BOOST_TEST(schedule_hash(same) == schedule_hash({kill, slow, late}));
+  // A straggle over before the resume is dropped.
+  BOOST_TEST(resume_schedule({slow}, 14.0).empty());
+}

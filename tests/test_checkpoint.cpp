@@ -18,6 +18,7 @@
 #include "diloco/checkpoint.hpp"
 #include "diloco/model.hpp"
 #include "diloco/optim.hpp"
+#include "diloco/run_state.hpp"
 
 namespace diloco {  // printable in Boost.Test messages
 inline std::ostream& operator<<(std::ostream& o, errc e) { return o << to_string(e); }
@@ -392,4 +393,78 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_whose_header_no_reader_would_accept_is_not_wri
   BOOST_TEST_REQUIRE(!st.has_value());
   BOOST_TEST(st.error().reason.find("exceeds the 16777216") != std::string::npos, st.error().reason);
   BOOST_TEST(!fs::exists(t.file("big.safetensors")));
+}
+
+// ---- run state directories (`diloco run --state DIR`) ----
+
+BOOST_AUTO_TEST_CASE(a_state_directory_resumes_only_under_the_configuration_it_was_started_with) {
+  TempDir t;
+  const std::string dir = t.file("state");
+  auto cfg = parse_config("[train]\nH = 25\nislands = 2\n");
+  auto fresh = open_run_state(dir, cfg);
+  BOOST_TEST_REQUIRE(fresh.has_value());
+  BOOST_TEST(!fresh->resuming);  // a manifest, no state yet
+  BOOST_TEST(fs::exists(fresh->manifest_path()));
+  write_bytes(fresh->state_path(), {std::byte{1}});
+  auto again = open_run_state(dir, cfg);
+  BOOST_TEST_REQUIRE(again.has_value());
+  BOOST_TEST(again->resuming);
+  // The state file's own path may differ (the directory sets it); nothing else may.
+  auto moved = cfg;
+  moved.syncer.checkpoint = "/elsewhere/state.safetensors";
+  BOOST_TEST(open_run_state(dir, moved).has_value());
+  auto other = parse_config("[train]\nH = 40\nislands = 3\n");
+  auto refused = open_run_state(dir, other);
+  BOOST_TEST_REQUIRE(!refused.has_value());
+  BOOST_TEST(refused.error().code == errc::checkpoint_mismatch);
+  const std::string why = refused.error().message();
+  BOOST_TEST(why.find("train.H is 25 in the state directory, 40 now") != std::string::npos, why);
+  BOOST_TEST(why.find("train.islands is 2 in the state directory, 3 now") != std::string::npos, why);
+  BOOST_TEST(why.find("run.toml") != std::string::npos, why);
+}
+
+BOOST_AUTO_TEST_CASE(a_state_directory_of_another_format_or_without_a_manifest_is_refused) {
+  TempDir t;
+  const auto cfg = parse_config("");
+  // Another format: the manifest says which, and which this build reads.
+  std::string manifest = run_manifest(cfg);
+  manifest.replace(manifest.find("format = 1"), 10, "format = 0");
+  fs::create_directories(t.file("old"));
+  BOOST_TEST_REQUIRE(write_file_atomically(t.file("old") + "/run.toml", manifest).has_value());
+  auto old = open_run_state(t.file("old"), cfg);
+  BOOST_TEST_REQUIRE(!old.has_value());
+  BOOST_TEST(old.error().message().find("format 0, this build reads format 1") != std::string::npos, old.error().message());
+  // A state file with no manifest beside it is not overwritten.
+  fs::create_directories(t.file("bare"));
+  write_bytes(t.file("bare") + "/state.safetensors", {std::byte{1}});
+  auto bare = open_run_state(t.file("bare"), cfg);
+  BOOST_TEST_REQUIRE(!bare.has_value());
+  BOOST_TEST(bare.error().message().find("has no manifest") != std::string::npos, bare.error().message());
+  BOOST_TEST(bytes_of(t.file("bare") + "/state.safetensors").size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(the_run_progress_travels_in_the_state_file_and_corrupt_values_are_refused) {
+  TempDir t;
+  Run r;
+  Checkpoint cp = make_state(r, 2, 3);
+  put_run_progress(cp, RunProgress{12.25, {1000, 2048}});
+  BOOST_TEST_REQUIRE(save_checkpoint(t.file("s"), r.layout(), r.plan, cp).has_value());
+  auto back = load_checkpoint(t.file("s"), r.layout(), r.plan);
+  BOOST_TEST_REQUIRE(back.has_value());
+  auto p = run_progress_of(back->metadata, 2);
+  BOOST_TEST_REQUIRE(p.has_value());
+  BOOST_TEST(p->elapsed_s == 12.25);
+  BOOST_TEST(p->tokens == (std::vector<std::uint64_t>{1000, 2048}));
+  // A state file written before any progress: nothing trained yet.
+  auto none = run_progress_of({}, 3);
+  BOOST_TEST_REQUIRE(none.has_value());
+  BOOST_TEST(none->tokens == (std::vector<std::uint64_t>{0, 0, 0}));
+  for (auto [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"run.elapsed_s", "nan"}, {"run.elapsed_s", "-1"}, {"run.elapsed_s", "3s"},
+           {"run.tokens", "1,2,3"}, {"run.tokens", "1"}, {"run.tokens", "1,x"}, {"run.tokens", "1,"}}) {
+    auto bad = run_progress_of({{key, value}}, 2);
+    BOOST_TEST_REQUIRE(!bad.has_value(), key << " = " << value);
+    BOOST_TEST(bad.error().code == errc::corrupt_checkpoint);
+    BOOST_TEST(bad.error().message().find(key) != std::string::npos, bad.error().message());
+  }
 }

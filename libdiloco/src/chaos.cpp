@@ -216,4 +216,23 @@ std::uint64_t schedule_hash(const std::vector<ChaosEvent>& events) {
   return h;
 }
 
+std::vector<ChaosEvent> resume_schedule(std::vector<ChaosEvent> schedule, double elapsed_s) {
+  if (elapsed_s <= 0.0) return schedule;
+  std::vector<ChaosEvent> left;
+  for (auto e : schedule) {
+    const bool lasting = e.kind == ChaosEvent::straggle || e.kind == ChaosEvent::partition;
+    if (e.at_s >= elapsed_s) {
+      e.at_s -= elapsed_s;
+    } else if (lasting && e.at_s + e.duration_s > elapsed_s) {
+      e.duration_s = e.at_s + e.duration_s - elapsed_s;
+      e.at_s = 0.0;
+    } else {
+      continue;
+    }
+    left.push_back(e);
+  }
+  std::stable_sort(left.begin(), left.end(), [](const ChaosEvent& a, const ChaosEvent& b) { return a.at_s < b.at_s; });
+  return left;
+}
+
 }  // namespace diloco

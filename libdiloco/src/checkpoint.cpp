@@ -366,6 +366,19 @@ Status save_checkpoint(const std::string& path, const ParamLayout& layout, const
   return fsync_dir(std::filesystem::path(path).parent_path());
 }
 
+Status write_file_atomically(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return sys_error("cannot create", tmp);
+    if (auto st = write_all(fd.get(), bytes.data(), bytes.size(), tmp); !st) return st;
+    if (::fsync(fd.get()) != 0) return sys_error("cannot fsync", tmp);
+    if (::close(fd.release()) != 0) return sys_error("cannot close", tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("cannot rename '" + tmp + "' to", path);
+  return fsync_dir(std::filesystem::path(path).parent_path());
+}
+
 Expected<std::vector<std::byte>> read_file(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return sys_error("cannot open", path);

@@ -949,6 +949,19 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   return parse_config(ss.str(), overrides, path, memory_limit);
 }
 
+std::vector<std::pair<std::string, std::string>> config_entries(const RunConfig& cfg) {
+  RunConfig c = cfg;  // fields() hands out pointers into its argument
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : fields(c)) out.emplace_back(std::string(f.section) + "." + std::string(f.key), format_value(f.ptr));
+  for (std::size_t k = 0; k < c.faults.size(); ++k)
+    for (const auto& f : fault_fields(c.faults[k]))
+      out.emplace_back("faults[" + std::to_string(k) + "]." + std::string(f.key), format_value(f.ptr));
+  for (std::size_t k = 0; k < c.sites.size(); ++k)
+    for (const auto& f : site_fields(c.sites[k]))
+      out.emplace_back("sites[" + std::to_string(k) + "]." + std::string(f.key), format_value(f.ptr));
+  return out;
+}
+
 std::string default_config_toml() {
   RunConfig cfg;
   std::ostringstream s;

@@ -45,6 +45,11 @@ struct ChaosEvent {
 };
 const char* to_string(ChaosEvent::Kind k);
 
+/// What is left of `schedule` for a run resumed after `elapsed_s` seconds, on a clock that starts
+/// again at 0: later events `elapsed_s` earlier; a straggle or partition under way goes on from
+/// 0 for the rest of its duration; earlier kills are over (the resumed run starts every unit).
+std::vector<ChaosEvent> resume_schedule(std::vector<ChaosEvent> schedule, double elapsed_s);
+
 /// The fault schedule of a run: for every unit and kind, exponential inter-arrival times with the
 /// configured mean from a stream derived from (seed, kind, unit), merged and sorted by time
 /// (ties by kind, island, chip, site). A unit is not failed again while it is still down: the

@@ -87,6 +87,9 @@ struct SafetensorsFile {
 /// tile the data section exactly. The result points into `file`.
 Expected<SafetensorsFile> read_safetensors(std::span<const std::byte> file);
 
+/// Writes `bytes` to `path` the same crash-safe way (temporary file, fsync, rename, fsync of
+/// the directory): a crash leaves the old file or the new one, never a mix.
+Status write_file_atomically(const std::string& path, std::string_view bytes);
 /// Whole file into memory (errc::io_error with the system's reason on failure).
 Expected<std::vector<std::byte>> read_file(const std::string& path);
 

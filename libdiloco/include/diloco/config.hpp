@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "diloco/chaos.hpp"
@@ -244,6 +245,10 @@ RunConfig parse_config(std::string_view toml, const std::vector<std::string>& ov
 /// Reads and parses a TOML file; throws ConfigError (also if the file cannot be read).
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {},
                       std::uint64_t memory_limit = kDefaultMemoryLimit);
+/// Every setting of `cfg` as ("section.key", value in TOML syntax), in the order of the
+/// configuration reference; [[faults]] and [[sites]] tables as "faults[k].key" and
+/// "sites[k].key". What a run's state directory records, to refuse resuming under another config.
+std::vector<std::pair<std::string, std::string>> config_entries(const RunConfig& cfg);
 /// The defaults as TOML text (what `diloco config` prints), every key present.
 std::string default_config_toml();
 

@@ -36,6 +36,15 @@ struct IslandRecord {
   std::atomic<int> live{0};
   /// Trained its budget and, with the final sync (decoupled), its last contributions merged.
   std::atomic<bool> done{false};
+
+  /// The island's own state as of its last send (a run with a state directory): written by the
+  /// island, read by the syncer when it writes its state file. Null until the first send.
+  void keep_state(std::shared_ptr<const IslandState> s);
+  std::shared_ptr<const IslandState> kept_state() const;
+
+private:
+  mutable std::mutex state_mu_;
+  std::shared_ptr<const IslandState> state_;
 };
 
 /// What chip c of island i records, written by that chip alone: its starts and ends (alive

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "diloco/budget.hpp"
+#include "diloco/checkpoint.hpp"
 #include "diloco/chaos.hpp"
 #include "diloco/config.hpp"
 #include "diloco/data.hpp"
@@ -19,7 +20,9 @@ namespace diloco::actors {
 /// Read by every actor; written by nobody once the tree is spawned (an app may set `initial`
 /// before, as --init does).
 struct Run {
-  explicit Run(RunConfig cfg);
+  /// `resumed_at`: seconds the run had trained before it was resumed from a state directory
+  /// (the fault schedule goes on from there: resume_schedule).
+  explicit Run(RunConfig cfg, double resumed_at = 0.0);
 
   RunConfig cfg;
   RunBudget budget;                     // what the run trains before it ends (train.budget)
@@ -32,6 +35,14 @@ struct Run {
   /// Per island, the step it resumes from when it first starts: 0, or what the syncer told a
   /// restarted site process (set by the app before the tree is spawned).
   std::vector<long> resume_steps;
+  /// A resumed run (`--state DIR`): per island, the state its first incarnation restores
+  /// (IslandCore::restore) before it joins, keeping its parameters when it heals; empty for an
+  /// island that had none saved (it starts from the global parameters at resume_steps).
+  std::vector<std::shared_ptr<const IslandState>> resume_islands;
+  double resumed_at_s = 0.0;
+  /// Islands hand their state to the ledger (IslandRecord::keep_state) whenever they send, and
+  /// the syncer writes it with its state file: a run with a state directory.
+  bool keep_island_states = false;
 
   int P() const { return plan.count(); }
   /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment

@@ -26,7 +26,8 @@ namespace diloco::actors {
 /// ledger (what happens), the directory (where units are), the fault windows and each site's
 /// links.
 struct Runtime : Run, Ledger {
-  Runtime(RunConfig cfg, std::function<void(const Event&)> on_event = {});
+  /// `resumed_at`: seconds trained before a resume from a state directory (Run).
+  Runtime(RunConfig cfg, std::function<void(const Event&)> on_event = {}, double resumed_at = 0.0);
 
   Directory dir;
   /// The goodput meter (meter.hpp): units tell it what they did; set by spawn_runtime before any
