@@ -239,14 +239,18 @@ int main(int argc, char** argv) {
                   "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: loopback)");
   }
   syncer_cmd->add_option("--listen", net.endpoint, "HOST:PORT to listen on (default: net.listen, loopback; port 0: any)");
-  syncer_cmd->add_option("--state", net.state, "directory of the syncer's checkpoint when syncer.checkpoint is \"\"")
-      ->capture_default_str();
+  syncer_cmd->add_option("--state", net.state,
+                         "state directory (default diloco-state): the run's manifest and the syncer's state file "
+                         "(syncer.safetensors) when syncer.checkpoint is \"\"; one of another configuration is refused");
   syncer_cmd->add_option("--metrics", net.metrics, "append one JSON object per commit and round to this file");
   syncer_cmd->add_flag("--fresh", net.fresh,
                        "start from round 0 when the state file is unusable, moving it aside to FILE.corrupt-N "
                        "(without it such a file is refused)");
   site_cmd->add_option("--site", net.site, "this process's site name (a [[sites]] name)")->required();
   site_cmd->add_option("--connect", net.endpoint, "HOST:PORT of the syncer (default: net.listen)");
+  site_cmd->add_option("--state", net.state,
+                       "keep this site's islands' own states in this directory (sites/NAME.safetensors) and resume "
+                       "them from it when started again (the same configuration only)");
   site_cmd->add_option("--max-attempts", net.max_attempts, "give up after this many failed attempts in a row (0: never, while the run may still be going; a site the syncer told that the run is over exits)")
       ->capture_default_str();
 

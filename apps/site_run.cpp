@@ -30,6 +30,7 @@
 
 #include "diloco/actors/remote.hpp"
 #include "diloco/actors/runtime.hpp"
+#include "diloco/run_state.hpp"
 #include "diloco/syncer_core.hpp"
 
 namespace {
@@ -121,10 +122,15 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   const std::string certs = f.certs.empty() ? cfg.net.certs : f.certs;
   const auto tls = tls_of(f, cfg, cfg.net.syncer_name);
   // kill -9 of this process loses at most snapshot_every rounds: the snapshot is on disk.
+  // A state directory holds the run's manifest: one of another configuration is refused.
   if (cfg.syncer.checkpoint.empty()) {
-    const std::filesystem::path dir = f.state.empty() ? "diloco-state" : f.state;
-    std::filesystem::create_directories(dir);
-    cfg.syncer.checkpoint = (dir / "syncer.safetensors").string();
+    const std::string dir = f.state.empty() ? "diloco-state" : f.state;
+    auto d = open_run_state(dir, cfg, "syncer.safetensors");
+    if (!d) {
+      spdlog::error("--state {}: {}. Use another directory for this configuration", dir, d.error().message());
+      return 1;
+    }
+    cfg.syncer.checkpoint = d->state_path();
   }
   if (cfg.syncer.snapshot_every <= 0)
     spdlog::warn("syncer.snapshot_every = 0: no snapshots, a restarted syncer starts from the initial parameters");
@@ -328,6 +334,16 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     throw ConfigError({"--site: no site \"" + f.site + "\" in the topology (sites: " + known + ")"});
   }
   const auto mine = islands_of_site(cfg, site);
+  // --state: this site's islands' own states, written whenever one of them sends.
+  std::optional<RunStateDir> state;
+  if (!f.state.empty()) {
+    auto d = open_run_state(f.state, cfg, "sites/" + f.site + ".safetensors");
+    if (!d) {
+      spdlog::error("--state {}: {}. Use another directory for this configuration", f.state, d.error().message());
+      return 1;
+    }
+    state = std::move(*d);
+  }
   const auto to = parse_endpoint(f.endpoint.empty() ? cfg.net.listen : f.endpoint);
   const auto tls = tls_of(f, cfg, f.site);
   auto tl = std::make_shared<Timeline>();
@@ -427,9 +443,27 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
     return 0;
   }
+  // Its own saved state wins over the step the syncer heard of: parameters, moments and step belong together.
+  if (state && state->resuming) {
+    auto cp = load_checkpoint(state->state_path(), rt->layout_model->layout(), rt->plan);
+    if (!cp) {
+      spdlog::error("--state {}: {}", state->dir, cp.error().message());
+      caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
+      return 1;
+    }
+    for (auto& is : cp->islands) {
+      if (std::find(mine.begin(), mine.end(), is.island) == mine.end()) continue;
+      const auto i = static_cast<std::size_t>(is.island);
+      rt->resume_steps[i] = is.step;
+      rt->resume_islands[i] = std::make_shared<const IslandState>(std::move(is));
+    }
+  }
+  rt->keep_island_states = state.has_value();
   for (int i : mine)
     if (const long step = rt->resume_steps[static_cast<std::size_t>(i)]; step > 0)
-      tl->line("island " + std::to_string(i) + " resumes at step " + std::to_string(step));
+      tl->line("island " + std::to_string(i) + " resumes at step " + std::to_string(step) +
+               (rt->resume_islands[static_cast<std::size_t>(i)] ? " from its own saved state (" + state->state_path() + ")"
+                                                                 : std::string()));
   SpawnSet only_mine;
   only_mine.syncer = false;
   only_mine.all_islands = false;
@@ -475,10 +509,30 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     if (auto o = told->get(); o && o->outcome != RunOutcome::finished) return "the syncer ended the run";
     return std::nullopt;
   };
+  // --state: the islands' states as of their last sends, written when one changed.
+  std::vector<std::shared_ptr<const IslandState>> written(mine.size());
+  auto save_state = [&] {
+    if (!state) return;
+    std::vector<IslandState> states;
+    bool changed = false;
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      auto s = rt->islands[static_cast<std::size_t>(mine[k])].kept_state();
+      changed = changed || s != written[k];
+      written[k] = s;
+      if (s) states.push_back(*s);
+    }
+    if (!changed) return;
+    if (auto ok = save_checkpoint(state->state_path(), rt->layout_model->layout(), rt->plan,
+                                  islands_state_file(rt->initial, rt->plan, std::move(states)));
+        !ok)
+      spdlog::error("site {}: state not written: {}", f.site, ok.error().message());
+  };
   const auto end = watch(rules, [&] {
     drain();
+    save_state();
     if (*monitor) (*monitor)->sample();
   });
+  save_state();
   if (auto o = told->get(); o && !rt->stopped()) {
     if (const int code = run_over_exit(*o); code != 0) {
       caf::anon_send_exit(root, caf::exit_reason::user_shutdown);

@@ -11,7 +11,7 @@ struct NetFlags {
   std::string endpoint;  // syncer: --listen; site: --connect ("" = net.listen)
   std::string certs;     // "" = net.certs
   bool insecure = false;
-  std::string state;     // syncer: directory for its checkpoint when syncer.checkpoint is ""
+  std::string state;     // --state: the state directory (syncer: diloco-state when ""; site: none)
   bool fresh = false;    // syncer: an unusable state file is moved aside (.corrupt-N), not refused
   std::string metrics;   // syncer: JSON lines (rounds and commits)
   std::string site;      // site: its name

@@ -64,10 +64,11 @@ Status check_manifest(const std::string& manifest, const RunConfig& cfg) {
   return Error{errc::checkpoint_mismatch, why};
 }
 
-Expected<RunStateDir> open_run_state(const std::string& dir, const RunConfig& cfg) {
-  RunStateDir d{dir, false};
+Expected<RunStateDir> open_run_state(const std::string& dir, const RunConfig& cfg, const std::string& file) {
+  RunStateDir d{dir, false, file};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  if (!ec) std::filesystem::create_directories(std::filesystem::path(d.state_path()).parent_path(), ec);
   if (ec) return Error{errc::io_error, "cannot create the state directory '" + dir + "': " + ec.message()};
   if (std::filesystem::exists(d.manifest_path(), ec)) {
     auto bytes = read_file(d.manifest_path());
@@ -83,6 +84,15 @@ Expected<RunStateDir> open_run_state(const std::string& dir, const RunConfig& cf
                                                 "): not a run state directory this build wrote"};
   if (auto ok = write_file_atomically(d.manifest_path(), run_manifest(cfg)); !ok) return ok.error();
   return d;
+}
+
+Checkpoint islands_state_file(std::span<const float> initial, const FragmentPlan& plan, std::vector<IslandState> islands) {
+  Checkpoint cp;
+  cp.params.assign(initial.begin(), initial.end());
+  for (int p = 0; p < plan.count(); ++p) cp.momentum.emplace_back(plan.size(p), 0.0f);
+  cp.rounds.assign(static_cast<std::size_t>(plan.count()), 0);
+  cp.islands = std::move(islands);
+  return cp;
 }
 
 void put_run_progress(Checkpoint& cp, const RunProgress& p) {

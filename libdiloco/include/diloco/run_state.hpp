@@ -3,18 +3,22 @@
 // another configuration.
 //
 //   DIR/run.toml           the manifest: the directory's format and every setting of the run
-//   DIR/state.safetensors  the syncer's checkpoint (global parameters, outer optimizer state,
+//   DIR/state.safetensors  (`diloco run`) the syncer's checkpoint (global parameters, outer optimizer state,
 //                          rounds) with each island's own state (parameters, AdamW moments, step
 //                          and learning-rate position, progress since its last send) and the
 //                          run's progress (seconds trained, tokens per island) as metadata
 //
-// Both are written crash-safe (temporary file, fsync, rename). Data read positions follow from
+// Across sites, `diloco syncer --state DIR` keeps DIR/syncer.safetensors (the syncer's part) and
+// `diloco site --state DIR` DIR/sites/NAME.safetensors (its islands' own states).
+//
+// Every file is written crash-safe (temporary file, fsync, rename). Data read positions follow from
 // the islands' steps (every step draws one batch), and nothing else in a run draws random
 // numbers once it has started, so there is no generator state to keep.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,19 +43,28 @@ std::string run_manifest(const RunConfig& cfg);
 /// side lacks is named too) or the format, when it is not kRunStateFormat.
 Status check_manifest(const std::string& manifest, const RunConfig& cfg);
 
-/// The state directory of a run, opened for writing and resuming.
+/// The state directory of a run, opened for writing and resuming. The processes of a run across
+/// sites may share one: each writes its own state file beside the one manifest.
 struct RunStateDir {
   std::string dir;
-  bool resuming = false;  // it holds a state file to resume from
+  bool resuming = false;                 // it holds this process's state file to resume from
+  std::string file = "state.safetensors";  // `diloco run`; "syncer.safetensors", "sites/NAME.safetensors"
 
   std::string manifest_path() const { return dir + "/run.toml"; }
-  std::string state_path() const { return dir + "/state.safetensors"; }
+  std::string state_path() const { return dir + "/" + file; }
 };
 
-/// Opens `dir` for a run of `cfg`: creates it and writes the manifest when it has none; checks
-/// the manifest otherwise (check_manifest). io_error when the directory cannot be made or
-/// written.
-Expected<RunStateDir> open_run_state(const std::string& dir, const RunConfig& cfg);
+/// Opens `dir` for a run of `cfg` whose state file is `file` (a path inside it): creates both and writes the manifest
+/// when it has none; checks the manifest otherwise (check_manifest). A state file without a
+/// manifest is refused (not this build's to overwrite). io_error when the directory cannot be
+/// made or written.
+Expected<RunStateDir> open_run_state(const std::string& dir, const RunConfig& cfg,
+                                     const std::string& file = "state.safetensors");
+
+/// A site's state file (`diloco site --state`): its islands' own states. The global part, which
+/// the syncer keeps, is the run's initial parameters with zero momentum at round 0, so that the
+/// file is an ordinary checkpoint any reader of one can check.
+Checkpoint islands_state_file(std::span<const float> initial, const FragmentPlan& plan, std::vector<IslandState> islands);
 
 /// How far the whole run had gone when its state was written.
 struct RunProgress {
