@@ -43,12 +43,13 @@ caf::behavior chip_actor(caf::event_based_actor* self, std::shared_ptr<Runtime> 
         const double loss = w.batch->B > 0 ? model->loss_and_grad(*w.params, *w.batch, *grads) : 0.0;
         ChipResult r{chip, w.step, w.batch->num_targets(), loss, grads};
         auto dest = caf::actor_cast<caf::actor>(self->current_sender());
-        // Slower hardware (or a straggler) is emulated: the reply waits (1/speed − 1) × the compute time.
+        // Slower hardware (or a straggler) is emulated: the reply waits (1/speed − 1) × the compute
+        // time. Simulated, the whole step's time is modelled: FLOPs over the chip's FLOP/s and speed.
         const double speed = rt->speed(island, detail::now_s(self));
-        const double slow = speed < 1.0
-                                ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
-                                      (1.0 / speed - 1.0)
-                                : 0.0;
+        const double slow =
+            rt->simulated ? model->flops_per_token(w.batch->T) * static_cast<double>(r.tokens) / (rt->cfg.islands.chip_flops * speed)
+            : speed < 1.0 ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * (1.0 / speed - 1.0)
+                          : 0.0;
         if (slow > 0.0) self->delayed_send(dest, detail::micros(slow), std::move(r));
         else self->send(dest, std::move(r));
       },

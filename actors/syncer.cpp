@@ -158,7 +158,8 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   }
   if (!commits.empty()) {
     // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery.
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count() + t_link;
+    // (Simulated: the links' time alone; a wall-clock reading would make the run unrepeatable.)
+    const double t = (rt.simulated ? 0.0 : std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count()) + t_link;
     st.t_sync = st.t_sync == 0.0 ? t : 0.9 * st.t_sync + 0.1 * t;
     st.core->set_timing(st.t_step, st.t_sync);
   }

@@ -16,6 +16,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
@@ -112,10 +113,12 @@ std::pair<std::vector<float>, std::uint64_t> resume_islands(diloco::actors::Runt
 
 int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, const std::string& config_label,
                   const std::vector<float>& initial, const std::string& save, const std::string& http,
-                  const std::string& state_dir) {
+                  const std::string& state_dir, bool simulate) {
   using namespace diloco;
   using namespace diloco::actors;
   RunConfig cfg = run_cfg;
+  if (simulate && !http.empty())
+    throw std::invalid_argument("--http with --simulate: the status page follows a run in wall time, a simulated run has none");
   const auto state = open_state(cfg, state_dir, !initial.empty());
   const auto http_at = http.empty() ? std::optional<HttpAddress>() : HttpAddress::parse(http);
   JsonLines jsonl;
@@ -129,6 +132,7 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
     if (*monitor) (*monitor)->on(e);
   }, state.progress.elapsed_s);
   rt->keep_island_states = state.dir.has_value();
+  rt->simulated = simulate;
   if (!initial.empty()) {
     if (initial.size() != rt->initial.size()) throw std::runtime_error("--init: the checkpoint is for another model");
     rt->initial = initial;
@@ -159,19 +163,35 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
 
   caf::actor_system_config sc;
   configure_runtime_system(sc, static_cast<std::size_t>(cores));
+  // --simulate: CAF's deterministic test coordinator runs every actor on this thread, one message
+  // at a time in a fixed order, and its clock moves only when the next timer fires.
+  if (simulate) sc.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys(sc);
+  if (simulate) sys.await_actors_before_shutdown(false);  // nothing runs their last messages once the watch ends
+  auto* sched = simulate ? &dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler()) : nullptr;
   auto actor_now = [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
   std::vector<int> all(static_cast<std::size_t>(cfg.train.islands));
   std::iota(all.begin(), all.end(), 0);
   // Stops serving before the actor system goes.
   auto server = serve_http(http_at, *rt, "run", std::move(all), actor_now, *monitor);
   const auto start = Clock::now();
+  const double virtual_start = actor_now();
+  if (simulate) timeline->use_clock(actor_now);
   timeline->restart_clock();  // timeline, fault marks and progress lines share one origin
   auto root = spawn_runtime(sys, rt, supervision_sink(*monitor));
-  // A resumed run's seconds go on from where it stopped (tok/s, the ETA and the summary are of the whole run).
-  auto seconds = [start, before = state.progress.elapsed_s] {
-    return before + std::chrono::duration<double>(Clock::now() - start).count();
+  // A resumed run's seconds go on from where it stopped (tok/s, the ETA and the summary are of
+  // the whole run); a simulated run's are virtual.
+  auto seconds = [&, before = state.progress.elapsed_s] {
+    return before + (simulate ? actor_now() - virtual_start : std::chrono::duration<double>(Clock::now() - start).count());
   };
+  WatchClock clock;
+  if (sched) {
+    clock.now = actor_now;
+    clock.advance = [sched] {
+      if (sched->run() > 0) return true;
+      return sched->has_pending_timeout() && sched->trigger_timeout();
+    };
+  }
   // If the tree gives up (restart intensity exceeded at the root), stop waiting for islands.
   auto tree_failed = std::make_shared<std::atomic<bool>>(false);
   auto tree_reason = std::make_shared<std::string>();
@@ -201,7 +221,7 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
       printed = round;
     }
     if (*monitor) (*monitor)->sample();
-  });
+  }, clock);
   switch (end.how) {
     case WatchEnd::How::tree_failed:
       spdlog::error("the supervision tree stopped: {}", tree_reason->empty() ? "normal" : *tree_reason);
@@ -230,6 +250,13 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   summary.rounds = printed;
   if (!save.empty()) save_params(cfg, save, final_params);
   print_summary(*rt, summary, *timeline, jsonl);
+  if (simulate) {
+    std::printf("simulated: %.1f s of virtual time in %.1f s; final parameters hash %016llx (the same seed and config "
+                "give the same)\n",
+                summary.seconds, std::chrono::duration<double>(Clock::now() - start).count(),
+                static_cast<unsigned long long>(params_hash(final_params)));
+    std::fflush(stdout);
+  }
   return 0;
 }
 

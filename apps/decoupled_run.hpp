@@ -12,10 +12,11 @@
 /// Runs the actor runtime to completion; returns the process exit code. `initial` (optional)
 /// replaces the seeded initial parameters; `save` (optional) receives the final ones; `http`
 /// (optional, --http) serves metrics and the status page there (metrics.hpp); `state_dir`
-/// (optional, --state) keeps the whole run's state there and resumes from it (run_state.hpp).
+/// (optional, --state) keeps the whole run's state there and resumes from it (run_state.hpp);
+/// `simulate` (--simulate) runs it on CAF's deterministic test coordinator in virtual time.
 int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label,
                   const std::vector<float>& initial = {}, const std::string& save = {},
-                  const std::string& http = {}, const std::string& state_dir = {});
+                  const std::string& http = {}, const std::string& state_dir = {}, bool simulate = false);
 /// `--save` / `--init`: parameters as a checkpoint of one whole-model fragment, so any mode can
 /// start from any other's result (e.g. a shared pretrained model).
 void save_params(const diloco::RunConfig& cfg, const std::string& path, std::span<const float> params);

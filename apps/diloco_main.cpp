@@ -77,7 +77,7 @@ std::uint64_t physical_memory() {
 int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
         std::optional<std::uint64_t> seed, std::uint64_t memory_limit, bool on_actors = false,
         const std::string& init = {}, const std::string& save = {}, const std::string& http = {},
-        const std::string& state = {}) {
+        const std::string& state = {}, bool simulate = false) {
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
@@ -87,7 +87,8 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
                                        : diloco::load_config(path, overrides, memory_limit);
   const std::string label = path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path;
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
-  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors) return run_decoupled(cfg, metrics, label, initial, save, http, state);
+  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors || simulate)
+    return run_decoupled(cfg, metrics, label, initial, save, http, state, simulate);
   if (!state.empty())
     throw std::invalid_argument("--state: the reference loop of mode " + std::string(diloco::name_of(cfg.train.mode)) +
                                 " does not resume; add --actors to run it on the actor runtime");
@@ -194,6 +195,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--state", state_dir,
                       "keep the whole run's state in this directory and resume from it when it holds one (the same "
                       "config only; decoupled, or --actors)");
+  bool simulate = false;
+  run_cmd->add_flag("--simulate", simulate,
+                    "run the actor runtime on CAF's deterministic test coordinator in virtual time: a step takes the "
+                    "model's FLOPs over islands.chip_flops; the same seed and config give the same run, bit for bit");
   std::string http;
   run_cmd->add_option("--http", http,
                       "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: "
@@ -297,7 +302,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http, state_dir);
+    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http, state_dir, simulate);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

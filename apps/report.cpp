@@ -46,12 +46,20 @@ void JsonLines::write(const Json& object) {
 // ---- the fault timeline ----
 
 double FaultTimeline::since() const {
+  if (clock_) return clock_() - clock_start_;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
 void FaultTimeline::restart_clock() {
   std::lock_guard lk(mu_);
   start_ = std::chrono::steady_clock::now();
+  if (clock_) clock_start_ = clock_();
+}
+
+void FaultTimeline::use_clock(std::function<double()> now) {
+  std::lock_guard lk(mu_);
+  clock_ = std::move(now);
+  clock_start_ = clock_();
 }
 
 /// Time to heal: from the injected fault to the unit working again (" [chip 0.1 healed in 0.5 s]").

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -66,6 +67,8 @@ public:
   void on(const diloco::Event& e);
   /// Times count from now on (the run starts).
   void restart_clock();
+  /// A simulated run: times are read from its virtual clock (seconds) instead of the wall's.
+  void use_clock(std::function<double()> now);
   /// Mean training loss of the steps since the last call (NaN: none).
   double take_train_loss();
   /// Prints "timeline (N events):" and every line.
@@ -79,6 +82,8 @@ private:
   mutable std::mutex mu_;
   diloco::IslandsConfig islands_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::function<double()> clock_;  // set: the virtual clock
+  double clock_start_ = 0.0;
   double loss_sum_ = 0.0;
   long loss_count_ = 0;
   std::vector<std::string> lines_;

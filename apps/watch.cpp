@@ -7,10 +7,14 @@
 
 #include "diloco/budget.hpp"
 
-WatchEnd watch(const WatchRules& rules, const std::function<void()>& tick) {
+WatchEnd watch(const WatchRules& rules, const std::function<void()>& tick, const WatchClock& clock) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  auto now = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  std::function<double()> now = clock.now ? clock.now : [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto advance = clock.advance ? clock.advance : [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return true;
+  };
   double trained_at = NAN, done_at = NAN;
   WatchEnd end;
   for (;;) {
@@ -37,6 +41,10 @@ WatchEnd watch(const WatchRules& rules, const std::function<void()>& tick) {
       tick();
       return end;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!advance()) {
+      tick();
+      if (!std::isnan(done_at)) return end;
+      return {WatchEnd::How::stopped, "the simulation has nothing left to run, and the run has not ended"};
+    }
   }
 }

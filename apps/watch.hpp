@@ -24,5 +24,14 @@ struct WatchEnd {
   std::string why;  // stopped: the reason
 };
 
-/// Calls `tick` every 20 ms (and once more at the end) until the run ends; returns how.
-WatchEnd watch(const WatchRules& rules, const std::function<void()>& tick);
+/// The time a watch goes by. By default the wall clock, and the watch sleeps 20 ms between
+/// looks; a simulated run (--simulate) gives its virtual clock and a step that runs the pending
+/// messages or fires the next timer, false when nothing is left to run.
+struct WatchClock {
+  std::function<double()> now;
+  std::function<bool()> advance;
+};
+
+/// Calls `tick` after every advance of the clock (and once more at the end) until the run
+/// ends; returns how. A simulation with nothing left to run before the run ended stops, saying so.
+WatchEnd watch(const WatchRules& rules, const std::function<void()>& tick, const WatchClock& clock = {});

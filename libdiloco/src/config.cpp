@@ -161,6 +161,8 @@ std::vector<Field> fields(RunConfig& c) {
        "decoupled: per-island chip counts, e.g. [4, 4, 2] (islands may differ in size); missing = chips"},
       {"islands", "speed", &c.islands.speed,
        "decoupled: per-island speed in [0.001, 1], e.g. [1.0, 0.55]; emulated by delaying chip replies; missing = 1.0"},
+      {"islands", "chip_flops", &c.islands.chip_flops,
+       "--simulate: one chip's FLOP/s at speed 1.0 (a step's virtual time: the model's FLOPs over this, over the speed)"},
 
       {"wan", "enabled", &c.wan.enabled, "decoupled: frames between islands and the syncer cross emulated WAN links"},
       {"wan", "bandwidth_mbps", &c.wan.bandwidth_mbps, "decoupled: each link's bandwidth per direction, Mbit/s"},
@@ -764,6 +766,8 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   for (double v : is.speed)
     if (!(v >= kMinSpeed && v <= 1.0))
       e.push_back("islands.speed: every entry must be in [0.001, 1] (got " + shown(v) + "; a chip waits 1/speed − 1 times its compute time)");
+  if (!(is.chip_flops >= 1e3 && is.chip_flops <= 1e18))
+    e.push_back("islands.chip_flops: must be in [1e3, 1e18] FLOP/s (got " + shown(is.chip_flops) + ")");
   if (c.syncer.snapshot_every < 0) e.push_back("syncer.snapshot_every: must be ≥ 0");
   const auto& sv = c.supervision;
   if (sv.strategy != "one_for_one" && sv.strategy != "one_for_all" && sv.strategy != "rest_for_one")

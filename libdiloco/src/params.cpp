@@ -2,6 +2,7 @@
 #include "diloco/params.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -33,6 +34,16 @@ int ParamLayout::max_layer() const {
   int m = -1;
   for (const auto& t : tensors_) m = std::max(m, t.layer);
   return m;
+}
+
+std::uint64_t params_hash(std::span<const float> values) {
+  std::uint64_t h = 0xCBF29CE484222325ULL;  // FNV-1a 64 offset basis
+  for (float v : values) {
+    std::uint32_t b;
+    std::memcpy(&b, &v, sizeof b);
+    for (int k = 0; k < 4; ++k) h = (h ^ ((b >> (8 * k)) & 0xFFu)) * 0x100000001B3ULL;
+  }
+  return h;
 }
 
 }  // namespace diloco

@@ -88,6 +88,8 @@ struct IslandsConfig {
   std::vector<double> speed;     // per island, in (0, 1]: 0.55 emulates hardware at 55% speed
                                  // (the chip delays its reply); missing islands run at 1.0
   std::vector<int> counts;       // per island: chips of that island; missing islands have `chips`
+  double chip_flops = 1e10;      // a simulated run (--simulate): one chip's FLOP/s at speed 1.0; a
+                                 // step takes the model's FLOPs over this, over the island's speed
   int chips_of(int island) const {
     return island >= 0 && static_cast<std::size_t>(island) < counts.size() ? counts[static_cast<std::size_t>(island)] : chips;
   }

@@ -46,4 +46,8 @@ private:
   std::size_t total_ = 0;
 };
 
+/// FNV-1a over the values' bits: equal exactly when every value is bit for bit the same (a
+/// simulated run prints it, so two runs can be compared at a glance).
+std::uint64_t params_hash(std::span<const float> values);
+
 }  // namespace diloco

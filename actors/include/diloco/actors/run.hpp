@@ -43,6 +43,11 @@ struct Run {
   /// Islands hand their state to the ledger (IslandRecord::keep_state) whenever they send, and
   /// the syncer writes it with its state file: a run with a state directory.
   bool keep_island_states = false;
+  /// A simulated run (`--simulate`, on CAF's test coordinator): a chip's step takes the model's
+  /// FLOPs over islands.chip_flops, over the island's speed, of virtual time, and the syncer's
+  /// merge time is left out of the adaptive grace, so that no wall-clock reading reaches a
+  /// decision and the same seed and config give the same run.
+  bool simulated = false;
 
   int P() const { return plan.count(); }
   /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
