@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -44,11 +45,13 @@ inline std::span<const std::byte> bytes_of(const WireFrame& w) {
 /// most kMaxDurationS (30 days) long before they get here, so the bounds below never bite a valid
 /// run: they keep a computed delay gone wrong from undefined behaviour (a double beyond int64)
 /// or from overflowing the clock's nanoseconds when added to now. Negative or NaN: at once;
-/// beyond 100 years: 100 years.
+/// beyond 100 years: 100 years. A delay in the future rounds up, never to 0: a deadline less than
+/// a microsecond away, sent at once, would find itself not yet due and ask again at once, for as
+/// long as the clock does not move (for ever on the simulated run's virtual clock).
 inline std::chrono::microseconds micros(double s) {
   constexpr double max_s = 100.0 * 365.0 * 86400.0;  // 3.2e15 µs; as ns 3.2e18, below 2^63
   if (!(s > 0.0)) return std::chrono::microseconds(0);
-  return std::chrono::microseconds(static_cast<std::int64_t>(std::min(s, max_s) * 1e6));
+  return std::chrono::microseconds(static_cast<std::int64_t>(std::ceil(std::min(s, max_s) * 1e6)));
 }
 
 /// No exception crosses an actor boundary: it becomes an exit reason the supervisor logs.

@@ -140,15 +140,16 @@ void wind_down(Self self) {
   st.core->settle();
   if (st.draining && !st.announced) {
     int unsent = 0;
-    for (int p = 0; p < rt.P(); ++p) unsent += st.core->steps_since(p) > 0 || st.resend ? 1 : 0;
+    for (int p = 0; p < rt.P(); ++p) unsent += st.core->steps_since(p) > 0 ? 1 : 0;
     rt.emit(Event::leaving(detail::now_s(self), st.island, step, unsent));
     st.announced = true;
   }
   bool unsent = false, awaiting = false;
   for (int p = 0; p < rt.P(); ++p) {
     // After a re-join the restarted syncer may have lost (or restored from before) what this
-    // island sent: its δ against the new base carries all of it, so every fragment goes again.
-    if (st.core->steps_since(p) == 0 && !st.resend) continue;
+    // island sent: its δ against the new base carries all of it, so every fragment that still
+    // differs from the new base goes again, with the weight of its last send.
+    if (st.core->steps_since(p) == 0 && !(st.resend && st.core->take_back_last_send(p))) continue;
     if (st.core->awaiting(p)) unsent = true;
     else if (!send_fragment(self, p)) return;
   }

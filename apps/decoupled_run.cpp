@@ -187,8 +187,19 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   WatchClock clock;
   if (sched) {
     clock.now = actor_now;
-    clock.advance = [sched] {
-      if (sched->run() > 0) return true;
+    // Messages that keep making messages without the clock ever moving would spin for ever:
+    // a run stuck that way stops, saying so (in wall time such a loop spins until a timer fires).
+    clock.advance = [sched, &actor_now, still = std::uint64_t{0}, at = -1.0]() mutable {
+      constexpr std::size_t batch = 100000;
+      if (const auto ran = sched->run(batch); ran > 0) {
+        const double t = actor_now();
+        still = t == at ? still + ran : 0;
+        at = t;
+        if (still >= 100 * batch)
+          throw std::runtime_error("--simulate: the run is stuck: " + std::to_string(still) +
+                                   " messages at virtual time " + std::to_string(t) + " s without the clock moving");
+        return true;
+      }
       return sched->has_pending_timeout() && sched->trigger_timeout();
     };
   }

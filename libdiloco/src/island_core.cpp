@@ -26,6 +26,8 @@ IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, Isla
   base_round_.assign(P, 0);
   tokens_.assign(P, 0);
   steps_.assign(P, 0);
+  sent_tokens_.assign(P, 0);
+  sent_steps_.assign(P, 0);
   sent_at_.assign(P, -1);
   awaiting_.assign(P, false);
 }
@@ -133,10 +135,25 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
   if (frame) {
     sent_at_[i] = step_;
     awaiting_[i] = true;
+    sent_tokens_[i] = tokens_[i];
+    sent_steps_[i] = steps_[i];
     tokens_[i] = steps_[i] = 0;  // the next contribution counts from here (the syncer adds up
                                  // counters when a newer frame supersedes a pending one)
   }
   return frame;
+}
+
+bool IslandCore::take_back_last_send(int p) {
+  if (p < 0 || p >= plan_->count()) return false;
+  const auto i = static_cast<std::size_t>(p);
+  if (steps_[i] > 0) return true;
+  if (sent_steps_[i] == 0) return false;
+  work_.resize(global_[i].size());
+  plan_->gather<float>(p, *params_, work_);
+  if (std::equal(work_.begin(), work_.end(), global_[i].begin())) return false;  // nothing the new base lacks
+  tokens_[i] = sent_tokens_[i];
+  steps_[i] = sent_steps_[i];
+  return true;
 }
 
 void IslandCore::diverged(const std::string& what) {

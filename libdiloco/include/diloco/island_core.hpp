@@ -135,6 +135,12 @@ public:
   /// no further step to wait for, and its last outer gradients must be relative to the newest
   /// rounds it holds (the syncer refuses progress it already merged).
   void settle();
+  /// After a re-join, the restarted syncer may lack fragment p's last contribution (it resumed
+  /// from before it). With nothing trained since that send, a resend would carry no tokens and
+  /// be refused: when the fragment still differs from the new base, the last send's counters are
+  /// taken back so that the resend weighs what it carries. Returns whether there is anything to
+  /// send (false: no progress since, and the new base already equals the island's fragment).
+  bool take_back_last_send(int p);
   /// A contribution of fragment p was sent and no newer round has arrived since.
   bool awaiting(int p) const { return awaiting_[static_cast<std::size_t>(p)]; }
 
@@ -171,6 +177,7 @@ private:
   std::uint64_t tokens_total_ = 0;
   std::vector<std::vector<float>> global_;   // Θ_p of the base round
   std::vector<std::uint64_t> base_round_, tokens_, steps_;
+  std::vector<std::uint64_t> sent_tokens_, sent_steps_;  // the counters of the last send per fragment
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
   std::vector<bool> awaiting_;               // sent, and no newer round received since
   std::vector<ErrorFeedbackEncoder> ef_;
