@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up, build, and run every test with ctest.
+# Set up, build, and run the tests with ctest.
 #   scripts/test.sh              the suite in build/ (Release)
 #   scripts/test.sh --sanitize   the suite again under AddressSanitizer + UndefinedBehaviorSanitizer
 #                                (build-asan/), then the actor tests under ThreadSanitizer (build-tsan/)
@@ -29,6 +29,7 @@ supp="$PWD/tests/sanitizers"
 # sanitizers, its tests spend their time inside it, and compiling its headers instrumented would add
 # minutes to CI for no coverage of our code beyond the thin wrapper.
 common=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDILOCO_BUILD_BENCHMARKS=OFF -DDILOCO_TORCH=OFF)
+failed=()
 
 # ---- AddressSanitizer + UndefinedBehaviorSanitizer: the whole suite ----
 # halt_on_error: a UBSan report fails the test (the checks stay recoverable so that suppressions work).
@@ -40,11 +41,12 @@ cmake -S . -B build-asan "${common[@]}" -DDILOCO_SANITIZE=address,undefined
 cmake --build build-asan -j "$jobs"
 echo "asan+ubsan build: $((SECONDS - start)) s"
 start=$SECONDS
-ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800
+ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 || failed+=("the suite under AddressSanitizer + UBSan")
 echo "asan+ubsan suite: $((SECONDS - start)) s"
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 # ---- ThreadSanitizer: the actor tests ----
+# Run also when the suite above failed: a race is news of its own.
 actor_tests=(test_supervisor_actor test_runtime_actors test_lockstep)
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
 start=$SECONDS
@@ -53,5 +55,10 @@ cmake --build build-tsan -j "$jobs" --target "${actor_tests[@]}"
 echo "tsan build: $((SECONDS - start)) s"
 start=$SECONDS
 regex="^($(IFS='|'; echo "${actor_tests[*]}"))\$"
-ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 -R "$regex"
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 -R "$regex" || failed+=("the actor tests under ThreadSanitizer")
 echo "tsan actor tests: $((SECONDS - start)) s"
+
+if ((${#failed[@]})); then
+  printf 'failed: %s\n' "${failed[@]}" >&2
+  exit 1
+fi
