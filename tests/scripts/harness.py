@@ -12,6 +12,10 @@ import threading
 import time
 
 T0 = time.monotonic()
+# A sanitized build (scripts/test.sh --sanitize) computes a few times slower and may print nothing
+# for as long, e.g. the syncer's initial evaluation: tests/CMakeLists.txt sets this factor there and
+# every wait below grows by it, as every test's TIMEOUT does.
+TIME_SCALE = float(os.environ.get("DILOCO_TIME_SCALE", "1"))
 procs = []
 work_dirs = []
 
@@ -45,7 +49,7 @@ class Proc:
     def progressing(self, start, timeout):
         """Whether a wait begun at `start` may go on: less than `timeout` seconds since the wait
         began or since the process last printed, and less than 5x `timeout` in all."""
-        t = now()
+        t, timeout = now(), timeout * TIME_SCALE
         return t - max(start, self.last_output()) < timeout and t - start < 5 * timeout
 
     def wait_exit(self, timeout):
