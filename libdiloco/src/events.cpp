@@ -52,9 +52,11 @@ Event Event::snapshot_taken(double at, std::uint64_t round) {
   return e;
 }
 
-Event Event::fault_fired(double at, FaultKind what, int island, int chip, long step, std::string description) {
+Event Event::fault_fired(double at, FaultKind what, int island, int chip, long step, std::string description,
+                         double duration_s) {
   auto e = make(Kind::fault, at);
   e.fault = what, e.island = island, e.chip = chip, e.step = step, e.detail = std::move(description);
+  e.duration_s = duration_s;
   return e;
 }
 

@@ -19,6 +19,7 @@ GoodputMeter::GoodputMeter(int islands, int chips_per_island, int fragments, int
 }
 
 void GoodputMeter::step(int island, int chips, double seconds) {
+  stepped_ += chips * seconds;
   const double share = chips * seconds / fragments_;
   for (auto& u : unsent_.at(static_cast<std::size_t>(island))) u += share;
 }
@@ -72,6 +73,7 @@ GoodputMeter::Report GoodputMeter::report(double now) const {
   r.useful_chip_s = useful_;
   r.lost_failure_chip_s = lost_failure_;
   r.lost_stale_chip_s = lost_stale_;
+  r.stepped_chip_s = stepped_;
   for (std::size_t i = 0; i < unsent_.size(); ++i)
     for (std::size_t f = 0; f < unsent_[i].size(); ++f) {
       r.in_flight_chip_s += unsent_[i][f];

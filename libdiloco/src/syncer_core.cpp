@@ -1,5 +1,6 @@
 // SyncerCore: per-fragment rounds, quorum + grace decisions, token-weighted merge and snapshots.
 #include "diloco/syncer_core.hpp"
+#include "diloco/invariants.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -118,7 +119,7 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
   }
   auto& list = pending_[h.index];
   auto it = std::find_if(list.begin(), list.end(), [&](const Pending& x) { return x.header.island == h.island; });
-  Pending item{h, std::vector<double>(rx_.begin(), rx_.begin() + static_cast<long>(got->count)), now};
+  Pending item{h, std::vector<double>(rx_.begin(), rx_.begin() + static_cast<long>(got->count)), now, frame_digest(frame)};
   if (it != list.end()) {
     // The newest outer gradient of an island supersedes its older one: its δ covers both
     // periods (same base round), so their counters add up.
@@ -192,11 +193,17 @@ Commit SyncerCore::commit(int p, double now) {
   c.fragment = p;
   c.merged = ms.merged;
   c.dropped_stale = ms.dropped_stale;
+  c.contributions = static_cast<int>(pending_[i].size());
+  {
+    QuorumConfig q;
+    c.live = effective(p, q).live_islands;
+  }
   c.at = now;
   for (const auto& x : pending_[i])
     if (staleness_factor(settings_.merge, rounds_[i], x.header.base_round)) {
       c.islands.push_back(x.header.island);
       c.staleness.push_back(static_cast<int>(rounds_[i] - x.header.base_round));
+      c.frames.push_back(x.digest);
       c.tokens += x.header.tokens;
       merged_base_[i][static_cast<std::size_t>(x.header.island)] = x.header.base_round + 1;
     }
@@ -212,6 +219,7 @@ Commit SyncerCore::commit(int p, double now) {
   // Only finished islands' last contributions: the rest of a period, not a new outer step.
   bool last = finished_count_ > 0 && !pending_[i].empty();
   for (const auto& x : pending_[i]) last = last && finished_[static_cast<std::size_t>(x.header.island)];
+  c.flush = last;
   if (last) outer_[i].flush(theta_, merged_);
   else outer_[i].step(theta_, merged_);
   plan_->scatter(p, theta_, params_);

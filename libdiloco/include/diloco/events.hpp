@@ -40,12 +40,21 @@ struct Event {
   int fragment = -1;               // commit, diverged: the fragment concerned
   int chips = 0;                   // step: chips that answered
   int merged = 0;                  // commit: contributions merged
+  int contributions = 0;           // commit: contributions the quorum counted (merged or dropped as stale)
+  int live = 0;                    // commit: islands the round expected (live, and finished ones with a contribution)
+  bool flush = false;              // commit: a final flush (only finished islands' last contributions)
+  bool finite = true;              // commit: the global fragment holds no NaN or infinity after it
   int incarnation = 0;             // heal: the island's start count (1 = first start)
   int unsent = 0;                  // leave: fragments whose unsent progress the island hands over
   double loss = std::numeric_limits<double>::quiet_NaN();  // step: training loss
   FaultKind fault = FaultKind::chip;  // fault: what was done
   std::vector<int> islands;        // commit: who was merged
   std::vector<int> staleness;      // commit: per merged island, rounds its contribution was behind
+  std::vector<std::uint64_t> frames;  // commit: per merged island, the digest of the frame merged (frame_digest)
+  std::vector<std::uint64_t> rounds;  // restore: per fragment, the round restored (empty: `round` for all)
+  std::uint64_t digest = 0;        // rejected: the refused outer-gradient frame's digest (0: none); heal: the island's fragments'
+  std::uint64_t global_digest = 0; // heal: the digest of the global fragments it was given (0: not checked)
+  double duration_s = 0.0;         // fault: repair time of a kill, or how long a slow-down or partition lasts
   std::string detail;              // a human-readable reason or description
   std::string reason;              // rejected: the kind of refusal in one word (an errc name, "unexpected_message", "session")
 
@@ -58,7 +67,8 @@ struct Event {
   static Event healed(double at, int island, int incarnation, std::uint64_t round, long step, bool rejoin);
   static Event restored(double at, std::uint64_t round, std::string how);
   static Event snapshot_taken(double at, std::uint64_t round);
-  static Event fault_fired(double at, FaultKind what, int island, int chip, long step, std::string description);
+  static Event fault_fired(double at, FaultKind what, int island, int chip, long step, std::string description,
+                           double duration_s = 0.0);
   static Event refused(double at, std::string why, std::string reason = "other");
   static Event dropped_late(double at, std::string why);
   static Event island_done(double at, int island, long step);

@@ -46,6 +46,8 @@ public:
     double lost_failure_chip_s = 0.0;   // unsent work of islands that died
     double lost_stale_chip_s = 0.0;     // dropped contributions
     double in_flight_chip_s = 0.0;      // sent or not yet sent, not decided at `now`
+    double stepped_chip_s = 0.0;        // chip time of every step: useful + lost + in flight (the rest
+                                        // of provisioned is chips waiting or down)
     double goodput = 0.0;               // useful / provisioned
     double global_downtime_s = 0.0;
     double elapsed_s = 0.0;
@@ -63,7 +65,7 @@ private:
   double expected_gap_s_, start_s_;
   std::vector<std::vector<double>> unsent_;                   // [island][fragment] chip-seconds
   std::vector<std::vector<std::deque<double>>> in_flight_;    // [island][fragment] FIFO
-  double useful_ = 0.0, lost_failure_ = 0.0, lost_stale_ = 0.0;
+  double useful_ = 0.0, lost_failure_ = 0.0, lost_stale_ = 0.0, stepped_ = 0.0;
   int alive_ = 0;
   double stretch_from_ = 0.0, downtime_ = 0.0;  // current stretch with ≥ K alive; closed ones
 };

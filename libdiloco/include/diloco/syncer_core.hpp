@@ -35,9 +35,13 @@ struct Commit {
   std::uint64_t round = 0;       // the new round of the fragment
   int merged = 0;                // contributions in the average
   int dropped_stale = 0;         // contributions past max staleness at merge time
+  int contributions = 0;         // contributions the quorum counted (merged + dropped_stale)
+  int live = 0;                  // islands the round expected: live, and finished ones with a contribution
+  bool flush = false;            // only finished islands' last contributions: a final flush, not an outer step
   std::uint64_t tokens = 0;      // tokens of the merged contributions
   std::vector<int> islands;      // who was merged
   std::vector<int> staleness;    // per merged island: rounds its contribution was behind the fragment
+  std::vector<std::uint64_t> frames;  // per merged island: the digest of the frame it came in (frame_digest)
   double at = 0.0;
   bool finite = true;            // false: Θ_p holds NaN or infinity after it (the run diverged; health())
 };
@@ -144,6 +148,7 @@ private:
     FragmentHeader header;
     std::vector<double> delta;
     double at = 0.0;
+    std::uint64_t digest = 0;  // of the frame (frame_digest): the invariants match merges against refusals
   };
   Commit commit(int p, double now);
   /// The round state and quorum fragment p is decided by: as stored, or shrunk for islands
