@@ -18,6 +18,7 @@
 #include "diloco/actors/chip_pool.hpp"
 #include "diloco/ddp.hpp"
 #include "diloco/island_core.hpp"
+#include "diloco/invariants.hpp"
 
 namespace diloco::actors {
 
@@ -163,7 +164,12 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   st.core->heal(reply, /*keep_local=*/false);  // replicas are the server's parameters, always
   if (!reply.fragments.empty()) st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
   count_joined(self);
-  rt.emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
+  auto e = Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin);
+  if (!rejoin) {  // it holds exactly the server's parameters (the invariants compare them)
+    const auto d = heal_digests(rt.plan, st.core->params(), reply);
+    e.digest = d.island, e.global_digest = d.global;
+  }
+  rt.emit(e);
   return true;
 }
 

@@ -75,7 +75,7 @@ void fire(caf::event_based_actor* self, Runtime& rt, const Fault& f, const Spawn
   const double now = detail::now_s(self);
   const double back = now + f.duration_s;  // repair time (0: at once)
   const std::string line = "injected fault: " + f.description;
-  rt.emit(Event::fault_fired(now, f.kind, f.island, f.chip, f.step, line));
+  rt.emit(Event::fault_fired(now, f.kind, f.island, f.chip, f.step, line, f.duration_s));
   spdlog::warn("{}", line);
   auto& w = rt.windows;
   const auto reason = caf::make_error(caf::sec::runtime_error, line);

@@ -17,6 +17,7 @@
 #include "membership.hpp"
 #include "diloco/actors/chip_pool.hpp"
 #include "diloco/island_core.hpp"
+#include "diloco/invariants.hpp"
 
 namespace diloco::actors {
 
@@ -250,7 +251,12 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   st.resumed = false;
   st.left = false;  // the syncer counts on a joining island until it says it finished
   count_joined(self);
-  rt.emit(Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin));
+  auto e = Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin);
+  if (!rejoin) {  // a heal adopts the global fragments exactly (the invariants compare them)
+    const auto d = heal_digests(rt.plan, st.core->params(), reply);
+    e.digest = d.island, e.global_digest = d.global;
+  }
+  rt.emit(e);
   return true;
 }
 

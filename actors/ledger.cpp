@@ -67,11 +67,25 @@ GoodputMeter initial_goodput(const Run& run) {
   g.set_total_chips(cfg.islands.total_chips(cfg.train.islands));
   return g;
 }
+
+InvariantSettings invariant_settings(const Run& run) {
+  const auto& cfg = run.cfg;
+  InvariantSettings s;
+  s.islands = cfg.train.islands;
+  s.fragments = run.P();
+  s.quorum = run.ddp() || run.synchronous() ? cfg.train.islands : cfg.quorum.min_islands;
+  for (int i = 0; i < cfg.train.islands; ++i) s.chips.push_back(cfg.islands.chips_of(i));
+  // A killed unit comes back after its repair time, a restart back-off, and a join's round trip
+  // or its island's next step: half a minute past the longest back-off is plenty, and a unit
+  // still gone by then was lost (its supervisor gave up).
+  s.repair_allowance_s = cfg.supervision.backoff_max_s + 30.0;
+  return s;
+}
 }  // namespace
 
 Ledger::Ledger(const Run& run, std::function<void(const Event&)> on_event)
     : islands(static_cast<std::size_t>(run.cfg.train.islands)), syncer(run), gateway(site_count(run.cfg)),
-      goodput_(initial_goodput(run)), on_event_(std::move(on_event)) {
+      goodput_(initial_goodput(run)), invariants_(invariant_settings(run)), on_event_(std::move(on_event)) {
   for (int i = 0; i < run.cfg.train.islands; ++i) chips.emplace_back(static_cast<std::size_t>(run.cfg.islands.chips_of(i)));
 }
 
@@ -112,7 +126,20 @@ GoodputMeter Ledger::goodput_copy() const {
 
 void Ledger::emit(const Event& e) {
   std::lock_guard lk(ev_mu_);
+  invariants_.on(e);
   if (on_event_) on_event_(e);
+}
+
+void Ledger::check_end(double now) {
+  const auto report = goodput_report(now);
+  std::lock_guard lk(ev_mu_);
+  invariants_.goodput(report, now);
+  invariants_.end(now);
+}
+
+std::vector<Violation> Ledger::violations() const {
+  std::lock_guard lk(ev_mu_);
+  return invariants_.violations();
 }
 
 void Ledger::stop(const std::string& why) {

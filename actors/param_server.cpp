@@ -60,7 +60,9 @@ void poll(Self self, Runtime& rt) {
   for (int i : all) detail::tell_meter(rt, GoodputFact::merged_of(i, 0));
   detail::tell_meter(rt, GoodputFact::committed_at(now - rt.t0.load()));
   ++rt.syncer.commits;
-  rt.emit(Event::committed(now, *step, 0, rt.cfg.train.islands, all));
+  auto e = Event::committed(now, *step, 0, rt.cfg.train.islands, all);
+  e.contributions = e.live = rt.cfg.train.islands;  // a server step waits for every island's gradient
+  rt.emit(e);
   const auto H = static_cast<std::uint64_t>(rt.cfg.train.H);
   if (*step % H == 0 || *step == static_cast<std::uint64_t>(rt.cfg.train.steps))
     rt.syncer.publish(st.ddp->params(), (*step + H - 1) / H, true);

@@ -18,6 +18,7 @@
 #include "detail.hpp"
 #include "diloco/run_state.hpp"
 #include "diloco/syncer_core.hpp"
+#include "diloco/invariants.hpp"
 
 namespace diloco::actors {
 
@@ -154,7 +155,9 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
                                       : GoodputFact::dropped_of(key.first, key.second));
     }
     detail::tell_meter(rt, GoodputFact::committed_at(now - rt.t0.load()));
-    rt.emit(Event::committed(now, c.round, c.fragment, c.merged, c.islands, c.staleness));
+    auto e = Event::committed(now, c.round, c.fragment, c.merged, c.islands, c.staleness);
+    e.contributions = c.contributions, e.live = c.live, e.flush = c.flush, e.finite = c.finite, e.frames = c.frames;
+    rt.emit(e);
   }
   if (!commits.empty()) {
     // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery.
@@ -222,7 +225,9 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
                          "unusable syncer state" + (c.syncer.checkpoint.empty() ? std::string() : " file " + c.syncer.checkpoint) +
                              ", refusing to start over it: " + ok.error().message());
     rt->syncer.publish(st.core->params(), st.core->global_round(), false);
-    rt->emit(Event::restored(detail::now_s(self), st.core->global_round(), "from the last snapshot"));
+    auto e = Event::restored(detail::now_s(self), st.core->global_round(), "from the last snapshot");
+    for (int p = 0; p < rt->P(); ++p) e.rounds.push_back(st.core->round(p));
+    rt->emit(e);
   } else if (restart) {
     // Killed before its first snapshot: rounds start over from the initial parameters, and the
     // islands' next outer gradients (relative to those) carry all their progress.
@@ -291,8 +296,10 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
               const auto& h = std::get<FragmentMessage>(*m).header;
               detail::tell_meter(*rt, GoodputFact::dropped_of(h.island, static_cast<int>(h.index)));
             }
-          rt->emit(stale ? Event::dropped_late(detail::now_s(self), got.error().message())
-                         : Event::refused(detail::now_s(self), got.error().message(), std::string(to_string(got.error().code))));
+          auto e = stale ? Event::dropped_late(detail::now_s(self), got.error().message())
+                         : Event::refused(detail::now_s(self), got.error().message(), std::string(to_string(got.error().code)));
+          if (!stale) e.digest = frame_digest(detail::bytes_of(w));  // nothing of it may reach a commit
+          rt->emit(e);
           return;
         }
         ++self->state.accepted[{got->island, static_cast<int>(got->index)}];

@@ -3,7 +3,9 @@
 // the run is done or nothing is left. No sleeping.
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <vector>
 #include <memory>
 
 #include <caf/actor_system.hpp>
@@ -38,6 +40,16 @@ struct Coordinated {
       sched->trigger_timeout();
     }
     return done && done();
+  }
+
+  /// The actor clock's second now (what the runtime's events are stamped with).
+  double now() const { return std::chrono::duration<double>(sys->clock().now().time_since_epoch()).count(); }
+
+  /// The run of `rt` is over now: its invariants checker judges the end (goodput, repairs), and
+  /// every broken invariant comes back (empty: the run kept them all).
+  std::vector<Violation> end_of_run(actors::Runtime& rt) const {
+    rt.check_end(now());
+    return rt.violations();
   }
 
   /// settle() until every island of `rt` finished its steps.

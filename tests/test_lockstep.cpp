@@ -53,6 +53,7 @@ struct Run {
     root = spawn_runtime(*co.sys, rt);
     co.settle_until_done(*rt);
     BOOST_REQUIRE_MESSAGE(rt->tally().islands_done == rt->cfg.train.islands, "the run did not finish");
+    for (const auto& v : co.end_of_run(*rt)) BOOST_ERROR("invariant broken (" << to_string(v.kind) << "): " << v.what);
   }
   ~Run() {
     caf::anon_send_exit(root, caf::exit_reason::user_shutdown);

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -69,6 +70,8 @@ struct World : diloco::testing::Coordinated {
   caf::actor root;
 
   std::function<void(const Event&)> hook;  // sees every event as it happens
+  /// The run is meant to break an invariant (it diverges): the test checks which itself.
+  bool breaks_invariants = false;
 
   /// `before` runs on the Runtime before anything is spawned; `what` says which units run.
   explicit World(RunConfig c, std::function<void(Runtime&)> before = {}, SpawnSet what = {}) {
@@ -81,9 +84,18 @@ struct World : diloco::testing::Coordinated {
     root = spawn_runtime(*sys, rt, [this](const SupervisionEvent& e) { sup.push_back(e); }, std::move(what));
   }
   ~World() {
+    // Every run is checked: it ends keeping every invariant (diloco/invariants.hpp).
+    if (!breaks_invariants)
+      for (const auto& v : violations()) BOOST_ERROR("invariant broken (" << to_string(v.kind) << "): " << v.what);
     caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
     settle(false);
   }
+  /// The invariants the run broke, judged at its end (now) the first time this is asked.
+  std::vector<Violation> violations() {
+    if (!ended) ended = end_of_run(*rt);
+    return *ended;
+  }
+  std::optional<std::vector<Violation>> ended;
   // Runs messages and timers until every island finished its steps (or nothing is left).
   void settle(bool require_done = true) {
     if (!require_done) Coordinated::settle();
@@ -677,11 +689,16 @@ BOOST_AUTO_TEST_CASE(diverging_decoupled_run_stops_naming_the_island_instead_of_
   c.outer.lr = 1e12f;
   c.train.final_sync_s = 30.0;
   World w(c);
+  w.breaks_invariants = true;
   w.settle(false);
   const auto why = w.rt->stopped();
   BOOST_REQUIRE(why.has_value());
   BOOST_TEST_MESSAGE(*why);
   BOOST_TEST(why->find("diverged") != std::string::npos);
+  // The invariants checker caught it too: NaN or infinity in a parameter, and nothing else.
+  const auto broken = w.violations();
+  BOOST_TEST(!broken.empty());
+  for (const auto& v : broken) BOOST_CHECK_MESSAGE(v.kind == Violation::Kind::non_finite, v.what);
   const auto diverged = w.of(Event::Kind::diverged);
   BOOST_REQUIRE(!diverged.empty());
   BOOST_TEST((diverged[0].island >= 0 || diverged[0].fragment >= 0));  // who it was

@@ -143,6 +143,7 @@ BOOST_AUTO_TEST_CASE(a_decoupled_run_trains_on_torchscript_chips_through_a_chip_
   auto root = actors::spawn_runtime(*co.sys, rt, [&](const actors::SupervisionEvent& e) { sup.push_back(e); });
   co.settle_until_done(*rt);
   BOOST_REQUIRE_MESSAGE(rt->tally().islands_done == c.train.islands, "the run did not finish");
+  for (const auto& v : co.end_of_run(*rt)) BOOST_ERROR("invariant broken (" << to_string(v.kind) << "): " << v.what);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   co.sched->run();
 

@@ -21,6 +21,7 @@
 #include "diloco/ddp.hpp"
 #include "diloco/events.hpp"
 #include "diloco/goodput.hpp"
+#include "diloco/invariants.hpp"
 
 namespace diloco::actors {
 
@@ -141,7 +142,13 @@ struct Ledger {
   void publish_goodput(const GoodputMeter& m);
   GoodputMeter goodput_copy() const;
 
+  /// Reports `e`: the run's invariants checker sees it first (invariants.hpp), then the app.
   void emit(const Event& e);
+  /// The run ended at actor-clock second `now`: the invariants checker takes the goodput figures
+  /// as of then and judges the faults still unrepaired. Call it once, when the run is over.
+  void check_end(double now);
+  /// Every broken invariant so far, in the order found (empty: the run kept them all).
+  std::vector<Violation> violations() const;
   /// The run cannot go on and must end with an error: an island or the syncer diverged, or the
   /// syncer's state file is unusable. Not a crash: a restarted unit would meet the same state
   /// (or the same settings) again, and its supervisor would restart it forever. Written once:
@@ -155,7 +162,8 @@ private:
   GoodputMeter goodput_;
   mutable std::mutex stop_mu_;
   std::optional<std::string> stop_reason_;
-  std::mutex ev_mu_;
+  mutable std::mutex ev_mu_;
+  Invariants invariants_;  // fed by emit(), under ev_mu_
   std::function<void(const Event&)> on_event_;
 };
 
