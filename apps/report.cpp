@@ -223,6 +223,10 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
               100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
               gp.in_flight_chip_s, gp.global_downtime_s);
+  if (end.violations == 0)
+    std::printf("invariants: all kept (rounds, quorum, refused frames, heals, finite parameters, goodput, repairs)\n");
+  else
+    std::printf("invariants: %zu violation(s), logged above\n", end.violations);
   if (jsonl) {
     for (const auto& [at, what] : timeline.faults()) jsonl.write(Json{{"fault", what}, {"seconds", at}});
     // Per site link: bytes each way and the busiest second (peak bandwidth in use).
@@ -251,6 +255,7 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"rounds", end.rounds},
                      {"commits", t.commits},
                      {"dropped_stale", t.dropped_stale},
+                     {"invariant_violations", end.violations},
                      {"links", std::move(links)}});
   }
   if (!rt.links.empty()) {

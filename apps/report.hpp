@@ -117,6 +117,7 @@ struct RunEnd {
   diloco::EvalResult eval;
   double seconds = 0.0;
   diloco::GoodputMeter::Report goodput;
+  std::size_t violations = 0;  // broken invariants (diloco/invariants.hpp)
 };
 
 /// Faults the run was set to inject: the [chaos] schedule and every [[faults]] table.
