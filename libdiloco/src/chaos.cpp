@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "diloco/hash.hpp"
 #include "diloco/limits.hpp"
 #include "diloco/rng.hpp"
 
@@ -74,12 +75,7 @@ void check_duration(std::vector<std::string>& e, const char* key, double v) {
     e.push_back(std::string("chaos.") + key + ": must be at most 30 days (" + seconds(kMaxDurationS) + " s, got " + seconds(v) + ")");
 }
 
-void mix(std::uint64_t& h, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) {  // byte by byte, little-endian, so the hash is the same everywhere
-    h ^= (v >> (8 * i)) & 0xFF;
-    h *= 0x100000001B3ULL;
-  }
-}
+void mix(std::uint64_t& h, std::uint64_t v) { h = fnv1a_le(h, v); }  // the same hash everywhere
 
 std::uint64_t bits(double d) {
   std::uint64_t u;
@@ -203,7 +199,7 @@ std::vector<ChaosEvent> chaos_schedule(const ChaosConfig& cfg, int islands, int 
 }
 
 std::uint64_t schedule_hash(const std::vector<ChaosEvent>& events) {
-  std::uint64_t h = 0xCBF29CE484222325ULL;  // FNV-1a 64 offset basis
+  std::uint64_t h = kFnvBasis;
   for (const auto& e : events) {
     mix(h, static_cast<std::uint64_t>(e.kind));
     mix(h, bits(e.at_s));

@@ -7,18 +7,14 @@
 #include <utility>
 
 #include "diloco/codec.hpp"
+#include "diloco/hash.hpp"
 
 namespace diloco {
 
 namespace {
 
-constexpr std::uint64_t fnv_basis = 14695981039346656037ull;
-constexpr std::uint64_t fnv_prime = 1099511628211ull;
-
 std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
-  const auto* b = static_cast<const unsigned char*>(data);
-  for (std::size_t j = 0; j < n; ++j) h = (h ^ b[j]) * fnv_prime;
-  return h;
+  return fnv1a(h, std::span<const std::byte>(static_cast<const std::byte*>(data), n));
 }
 
 std::uint64_t nonzero(std::uint64_t h) { return h == 0 ? 1 : h; }
@@ -37,10 +33,10 @@ std::string faults_name(const Event& f) {
 
 }  // namespace
 
-std::uint64_t frame_digest(std::span<const std::byte> frame) { return nonzero(fnv(fnv_basis, frame.data(), frame.size())); }
+std::uint64_t frame_digest(std::span<const std::byte> frame) { return nonzero(fnv1a(kFnvBasis, frame)); }
 
 HealDigests heal_digests(const FragmentPlan& plan, std::span<const float> params, const JoinReply& reply) {
-  std::uint64_t island = fnv_basis, global = fnv_basis;
+  std::uint64_t island = kFnvBasis, global = kFnvBasis;
   std::vector<float> mine, theirs;
   for (int p = 0; p < plan.count(); ++p) {
     const auto n = plan.size(p);

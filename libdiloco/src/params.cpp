@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "diloco/hash.hpp"
+
 namespace diloco {
 
 std::size_t ParamLayout::add(std::string name, std::vector<std::size_t> shape, int layer, bool decay,
@@ -37,11 +39,11 @@ int ParamLayout::max_layer() const {
 }
 
 std::uint64_t params_hash(std::span<const float> values) {
-  std::uint64_t h = 0xCBF29CE484222325ULL;  // FNV-1a 64 offset basis
+  std::uint64_t h = kFnvBasis;
   for (float v : values) {
     std::uint32_t b;
     std::memcpy(&b, &v, sizeof b);
-    for (int k = 0; k < 4; ++k) h = (h ^ ((b >> (8 * k)) & 0xFFu)) * 0x100000001B3ULL;
+    h = fnv1a_le(h, b, 4);
   }
   return h;
 }
