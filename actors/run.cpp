@@ -2,6 +2,7 @@
 #include "diloco/actors/run.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace diloco::actors {
 
@@ -45,5 +46,11 @@ Run::Run(RunConfig c, double resumed_at)
   layout_model->init(initial, cfg.train.seed);
 }
 
+void Run::resume_island(IslandState s) {
+  if (s.island < 0 || s.island >= cfg.train.islands) return;
+  const auto i = static_cast<std::size_t>(s.island);
+  resume_steps[i] = s.step;
+  resume_islands[i] = std::make_shared<const IslandState>(std::move(s));
+}
 
 }  // namespace diloco::actors

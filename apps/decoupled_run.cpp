@@ -97,12 +97,7 @@ StateDir open_state(diloco::RunConfig& cfg, const std::string& path, bool has_in
 std::pair<std::vector<float>, std::uint64_t> resume_islands(diloco::actors::Runtime& rt, const StateDir& s) {
   auto cp = diloco::load_checkpoint(s.dir->state_path(), rt.layout_model->layout(), rt.plan);
   if (!cp) throw std::runtime_error("--state " + s.dir->dir + ": " + cp.error().message());
-  for (auto& is : cp->islands) {
-    if (is.island >= rt.cfg.train.islands) continue;
-    const auto i = static_cast<std::size_t>(is.island);
-    rt.resume_steps[i] = is.step;
-    rt.resume_islands[i] = std::make_shared<const diloco::IslandState>(std::move(is));
-  }
+  for (auto& is : cp->islands) rt.resume_island(std::move(is));
   for (std::size_t i = 0; i < s.progress.tokens.size(); ++i) rt.islands[i].tokens = s.progress.tokens[i];
   // The global round is the fragments' lowest (SyncerCore::global_round).
   std::uint64_t round = cp->rounds.empty() ? 0 : *std::min_element(cp->rounds.begin(), cp->rounds.end());

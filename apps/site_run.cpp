@@ -451,12 +451,8 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
       caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
       return 1;
     }
-    for (auto& is : cp->islands) {
-      if (std::find(mine.begin(), mine.end(), is.island) == mine.end()) continue;
-      const auto i = static_cast<std::size_t>(is.island);
-      rt->resume_steps[i] = is.step;
-      rt->resume_islands[i] = std::make_shared<const IslandState>(std::move(is));
-    }
+    for (auto& is : cp->islands)
+      if (std::find(mine.begin(), mine.end(), is.island) != mine.end()) rt->resume_island(std::move(is));
   }
   rt->keep_island_states = state.has_value();
   for (int i : mine)

@@ -39,6 +39,10 @@ struct Run {
   /// (IslandCore::restore) before it joins, keeping its parameters when it heals; empty for an
   /// island that had none saved (it starts from the global parameters at resume_steps).
   std::vector<std::shared_ptr<const IslandState>> resume_islands;
+  /// Sets island `s.island`'s saved state and, with it, the step it resumes from (parameters,
+  /// moments and step belong together). Before the tree is spawned; a state of an island this
+  /// run has not is ignored.
+  void resume_island(IslandState s);
   double resumed_at_s = 0.0;
   /// Islands hand their state to the ledger (IslandRecord::keep_state) whenever they send, and
   /// the syncer writes it with its state file: a run with a state directory.
