@@ -28,8 +28,8 @@
 #include "plot_cmd.hpp"
 #include "simulate_cmd.hpp"
 #include "site_run.hpp"
-#ifdef DILOCO_HAS_TORCH
-#include "diloco/torchscript.hpp"
+#ifdef DILOCO_TORCH_MODULE_DIR
+#include "torch_backend.hpp"
 #endif
 
 namespace {
@@ -169,8 +169,8 @@ int run_tokenizer(char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "tokenize") return run_tokenizer(argv);
-#ifdef DILOCO_HAS_TORCH
-  diloco::register_torchscript();  // model.kind = "torchscript"
+#ifdef DILOCO_TORCH_MODULE_DIR
+  diloco::app::register_torchscript_on_demand();  // model.kind = "torchscript", libtorch loaded on first use
 #endif
   diloco::keep_large_buffers_in_heap();
   // Logs go to stderr, so that stdout holds only what a command reports (the round table).

@@ -200,21 +200,23 @@ private:
 
 }  // namespace
 
+ModelKind torchscript_kind() {
+  return ModelKind{
+      "torchscript", "a TorchScript module (model.path) whose forward(inputs, targets) returns the mean loss",
+      [](const ModelConfig& cfg) -> std::unique_ptr<Model> { return std::make_unique<TorchScriptModel>(cfg); },
+      [](const ModelConfig& cfg) {
+        std::vector<std::string> e;
+        if (cfg.path.empty()) e.push_back("model.path: model.kind = \"torchscript\" needs the path of a .pt file");
+        else if (!std::filesystem::is_regular_file(cfg.path)) e.push_back("model.path: no file '" + cfg.path + "'");
+        for (const auto& [k, v] : cfg.options)
+          if (k != "torch_threads") e.push_back("model.options." + k + ": not a setting of the torchscript model (torch_threads)");
+        return e;
+      }};
+}
+
 void register_torchscript() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    register_model(ModelKind{
-        "torchscript", "a TorchScript module (model.path) whose forward(inputs, targets) returns the mean loss",
-        [](const ModelConfig& cfg) -> std::unique_ptr<Model> { return std::make_unique<TorchScriptModel>(cfg); },
-        [](const ModelConfig& cfg) {
-          std::vector<std::string> e;
-          if (cfg.path.empty()) e.push_back("model.path: model.kind = \"torchscript\" needs the path of a .pt file");
-          else if (!std::filesystem::is_regular_file(cfg.path)) e.push_back("model.path: no file '" + cfg.path + "'");
-          for (const auto& [k, v] : cfg.options)
-            if (k != "torch_threads") e.push_back("model.options." + k + ": not a setting of the torchscript model (torch_threads)");
-          return e;
-        }});
-  });
+  std::call_once(once, [] { register_model(torchscript_kind()); });
 }
 
 }  // namespace diloco

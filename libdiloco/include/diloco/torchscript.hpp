@@ -5,7 +5,13 @@
 // (diloco::torch, when libtorch is found); no torch header is reached through this one.
 #pragma once
 
+#include "diloco/model_registry.hpp"
+
 namespace diloco {
+
+/// The "torchscript" kind (its factory and its validation of model.path and model.options), for
+/// an app that registers it itself, e.g. behind a module it loads on first use.
+ModelKind torchscript_kind();
 
 /// Registers "torchscript" with the model registry (model_registry.hpp). Call once before the
 /// configuration is loaded; calling it again does nothing.
