@@ -252,11 +252,7 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   summary.goodput = rt->goodput_report(finished_at);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   // Every run is checked (diloco/invariants.hpp): a broken invariant is logged and fails the run.
-  rt->check_end(finished_at);
-  const auto violations = rt->violations();
-  for (const auto& v : violations)
-    spdlog::error("invariant broken ({}) at {:.3f} s: {}", to_string(v.kind), v.at - rt->t0.load(), v.what);
-  summary.violations = violations.size();
+  summary.violations = check_invariants(*rt, finished_at, true);
   const auto final_params = rt->syncer.global().first;
   summary.eval = evaluate_with_error(*model, final_params, eval);
   summary.rounds = printed;
@@ -269,7 +265,7 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
                 static_cast<unsigned long long>(params_hash(final_params)));
     std::fflush(stdout);
   }
-  return violations.empty() ? 0 : 1;
+  return summary.violations == 0 ? 0 : 1;
 }
 
 int run_demo_supervision() {

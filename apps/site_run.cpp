@@ -37,6 +37,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// The actor clock's time in seconds: the time stamps of the runtime's events.
+double actor_seconds(caf::actor_system& sys) {
+  return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count();
+}
+
 /// The actor clock of `sys`, in seconds (what the monitor stamps its samples with).
 std::function<double()> actor_clock(caf::actor_system& sys) {
   return [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
@@ -300,6 +305,9 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
     case WatchEnd::How::done: break;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  // This process's part of the run's invariants (the commits: rounds, quorum, refused frames,
+  // finite values); the sites check theirs.
+  const std::size_t violations = check_invariants(*rt, actor_seconds(sys), false);
   const auto final_params = rt->syncer.global().first;
   const auto final_measured = evaluate_with_error(*model, final_params, eval);
   const double final_eval = final_measured.loss;
@@ -316,11 +324,13 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                    {"initial_eval_loss", initial_eval},
                    {"seconds", secs},
                    {"bytes_accounted", rt->tally().bytes_sent},
-                   {"rejected", rt->tally().rejected}});
+                   {"rejected", rt->tally().rejected},
+                   {"invariant_violations", violations}});
+  print_invariants(violations, false);
   told_all();
   caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
-  return 0;
+  return violations == 0 ? 0 : 1;
 }
 
 int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
@@ -553,14 +563,17 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last frames out and acknowledged
+  // This process's part of the run's invariants (its islands: heals, finite values, repairs).
+  const std::size_t violations = check_invariants(*rt, actor_seconds(sys), false);
   const auto sock = door->stats();
   std::printf("done: site %s, islands %s, %llu tokens in %.1f s, %.3f MB accounted site -> syncer; "
               "sockets: %llu bytes sent, %llu received\n",
               f.site.c_str(), list(mine).c_str(), static_cast<unsigned long long>(rt->tally().tokens), secs,
               rt->tally().bytes_sent / 1e6, static_cast<unsigned long long>(sock.bytes_sent),
               static_cast<unsigned long long>(sock.bytes_received));
+  print_invariants(violations, false);
   std::fflush(stdout);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
-  return 0;
+  return violations == 0 ? 0 : 1;
 }

@@ -153,6 +153,11 @@ done = syncer.wait_for(r"done: syncer, (\d+) global rounds, final eval loss ([0-
 if syncer.matches(r"final sync: not every island finished"):
     fail("the syncer waited out train.final_sync_s instead of ending when every island finished")
 final = float(done.group(2))
+# Each process checks its part of the run's invariants (the syncer: the commits of its second
+# life, across the restart; a site: its islands) and says so in its summary.
+syncer.wait_for(r"invariants: all kept", 10)
+for n in ("site-a", "site-c"):
+    sites[n].wait_for(r"invariants: all kept", 5)
 after = commits(syncer, 0.0)
 for i in range(3):
     if not any(i in s for _, s in after):

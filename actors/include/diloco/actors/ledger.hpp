@@ -145,8 +145,9 @@ struct Ledger {
   /// Reports `e`: the run's invariants checker sees it first (invariants.hpp), then the app.
   void emit(const Event& e);
   /// The run ended at actor-clock second `now`: the invariants checker takes the goodput figures
-  /// as of then and judges the faults still unrepaired. Call it once, when the run is over.
-  void check_end(double now);
+  /// as of then (unless `with_goodput` is false: a syncer or site process holds only part of the
+  /// run's chip-seconds) and judges the faults still unrepaired. Call it once, when the run is over.
+  void check_end(double now, bool with_goodput = true);
   /// Every broken invariant so far, in the order found (empty: the run kept them all).
   std::vector<Violation> violations() const;
   /// The run cannot go on and must end with an error: an island or the syncer diverged, or the
