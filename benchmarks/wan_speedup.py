@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 """wan_speedup: ddp vs diloco vs streaming vs decoupled on the scaled scenario (configs/scaled_*.toml):
-the same model, data, token budget and emulated WAN links (one per site, R = transfer of one model
-exchange / inner step = 80, as the configs' comments derive for 12B params over 3 Gbps). Reports
-wall-clock, eval loss of the global parameters, bytes on each link and the busiest second of each.
+the same model, data, token budget and emulated WAN links (one per site). The scenario is defined by
+one ratio, R = time to send one fp32 model exchange on a link / time of one inner step (80 for 12B
+parameters over 3 Gbps, as the configs' comments derive), not by a bandwidth: the inner step
+takes what it takes on the machine at hand, so the benchmark first measures it (a short decoupled
+run without links, --calibrate steps) and sets every link's bandwidth so that R is --R. It
+reports R at the start and as the decoupled runs had it at the end, and exits 2 when the step
+drifted by more than --tolerance between the two (the figures would then describe another R).
+Reports wall-clock, eval loss of the global parameters, bytes on each link and the busiest second
+of each.
 
 All four start from one shared pretrained model (ddp, no WAN, not timed): at this scale a cold
 start spends most of a short run leaving the unigram plateau, which says little about the
@@ -14,21 +20,43 @@ in the reference loop for the loss (test ddp_mode_on_actors_matches_reference_lo
 2e-6). Its wall time and bytes are the sample's per-step figures times the budget: stated as
 such in the output.
 
-  benchmarks/wan_speedup.py [--diloco build/apps/diloco] [--steps 2000] [--pretrain 300]
-                            [--ddp-sample 25] [--repeat 3] [--out DIR]
+  benchmarks/wan_speedup.py [--diloco build/apps/diloco] [--R 80] [--steps 2000] [--pretrain 300]
+                            [--ddp-sample 25] [--repeat 3] [--calibrate 200] [--tolerance 0.25]
+                            [--out DIR]
 
 Prints a table and, as its last line, one JSON object.
 """
 import argparse
 import json
 import os
+import re
+import subprocess
+import sys
 import tempfile
 
 import diloco_runs
 
 
-def run(diloco, config, sets, metrics, actors=False, init=None):
-    return diloco_runs.run(diloco, config, sets, metrics, actors=actors, init=init)["summary"]
+def run(diloco, config, sets, metrics, actors=False, init=None, save=None):
+    return diloco_runs.run(diloco, config, sets, metrics, actors=actors, init=init, save=save)["summary"]
+
+
+def step_time(r, steps):
+    """Wall seconds per inner step between the first and the last round of run `r` (start-up,
+    the heal and the final sync left out), with `steps` inner steps per island in all."""
+    rows, total = r["rounds"], r["summary"]["tokens"]
+    if len(rows) < 2 or rows[-1]["tokens"] <= rows[0]["tokens"]:
+        return r["summary"]["seconds"] / steps
+    return (rows[-1]["seconds"] - rows[0]["seconds"]) / ((rows[-1]["tokens"] - rows[0]["tokens"]) / (total / steps))
+
+
+def model_bytes_of(diloco, checkpoint):
+    """Bytes of one fp32 model exchange: the checkpoint's parameter count (`diloco inspect`) x 4."""
+    p = subprocess.run([diloco, "inspect", checkpoint], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"diloco\.model_values = (\d+)", p.stdout)
+    if p.returncode != 0 or not m:
+        raise SystemExit(f"diloco inspect {checkpoint} gave no parameter count:\n{p.stdout[-2000:]}")
+    return 4 * int(m.group(1))
 
 
 def link_totals(s):
@@ -51,6 +79,11 @@ def main():
     ap.add_argument("--ddp-sample", type=int, default=25, help="ddp steps timed across the links")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of the decoupled leg (its merges depend on thread timing); the table has the means")
+    ap.add_argument("--R", type=float, default=80.0,
+                    help="one fp32 model exchange on a link / one inner step: 80 for 3 Gbps, 120 for 2, 48 for 5")
+    ap.add_argument("--calibrate", type=int, default=200, help="inner steps of the run that measures the step")
+    ap.add_argument("--tolerance", type=float, default=0.25,
+                    help="largest relative drift of the inner step between the calibration and the decoupled runs")
     ap.add_argument("--out", default=None, help="keep metrics files here")
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="wan_speedup.")
@@ -63,22 +96,38 @@ def main():
         init, pre = diloco_runs.pretrain(a.diloco, "scaled_ddp.toml", a.pretrain, out)
         print(f"shared start: ddp {a.pretrain} steps without WAN, eval loss {pre['final_eval_loss']:.4f}")
 
+    # The inner step on this machine, as the decoupled leg will have it: the same islands and
+    # chips on the same cores, without links (islands never wait for a link in decoupled mode).
+    C = a.calibrate
+    cal_ckpt = os.path.join(out, "calibration.safetensors")
+    cal = diloco_runs.run(a.diloco, "scaled_decoupled.toml",
+                          [f"train.steps={C}", f"inner.decay_steps={C}", "wan.enabled=false"],
+                          os.path.join(out, "calibration.jsonl"), actors=True, init=init, save=cal_ckpt)
+    t_step0 = step_time(cal, C)
+    model_bytes = model_bytes_of(a.diloco, cal_ckpt)
+    bw = model_bytes * 8 / (a.R * t_step0) / 1e6
+    print(f"inner step {1e3 * t_step0:.1f} ms ({C} steps without links); one model exchange {model_bytes / 1e3:.0f} kB; "
+          f"links set to {bw:.3f} Mbit/s per direction for R = {a.R:g}", flush=True)
+    wan = [f"wan.bandwidth_mbps={bw:.6f}"]
+
     res = {}
+    step_times = []
     # diloco and streaming on the actors are the reference loops' arithmetic (deterministic); the
     # decoupled runtime's merges depend on thread timing, so it runs --repeat times and the table
     # has its means (every run is in the JSON).
     for mode in ("decoupled", "streaming", "diloco"):
         runs = []
         for k in range(a.repeat if mode == "decoupled" else 1):
-            s = run(a.diloco, f"scaled_{mode}.toml", budget, os.path.join(out, f"{mode}_{k}.jsonl"), actors=True,
-                    init=init)
+            full = diloco_runs.run(a.diloco, f"scaled_{mode}.toml", budget + wan, os.path.join(out, f"{mode}_{k}.jsonl"),
+                                   actors=True, init=init)
+            s = full["summary"]
+            if mode == "decoupled":
+                step_times.append(step_time(full, S))
             lt = link_totals(s)
             runs.append({"wall_s": s["seconds"], "eval_loss": s["final_eval_loss"], "bytes": lt["bytes"],
                          "peak_mbps": lt["peak_mbps"], "links": lt["per_link"], "goodput": s.get("goodput")})
             print(f"{mode:10s} {s['seconds']:8.1f} s  eval {s['final_eval_loss']:.4f}  {lt['bytes'] / 1e6:9.2f} MB on links",
                   flush=True)
-            if mode == "decoupled":
-                bw = lt["bandwidth_mbps"]
         res[mode] = dict(runs[-1], measured="full run across the links")
         for key in ("wall_s", "eval_loss", "bytes", "peak_mbps"):
             res[mode][key] = sum(r[key] for r in runs) / len(runs)
@@ -90,16 +139,17 @@ def main():
                   f"{min(r['eval_loss'] for r in runs):.4f} to {max(r['eval_loss'] for r in runs):.4f})")
 
     N = a.ddp_sample
-    sample = run(a.diloco, "scaled_ddp.toml", [f"train.steps={N}"], os.path.join(out, "ddp_sample.jsonl"), actors=True,
+    sample = run(a.diloco, "scaled_ddp.toml", [f"train.steps={N}"] + wan, os.path.join(out, "ddp_sample.jsonl"), actors=True,
                  init=init)
     ref = run(a.diloco, "scaled_ddp.toml", budget, os.path.join(out, "ddp_reference.jsonl"), init=init)
     lt = link_totals(sample)
     per_step = sample["seconds"] / N
-    # Per step and link: the sample's bytes less the one-off heal (a JoinReply, one model down).
-    model_bytes = sample["bytes"] / (2 * len(lt["per_link"]) * N + len(lt["per_link"]))
+    # Per step and link: the sample's bytes less the one-off heal (a JoinReply, one model down);
+    # a model on the wire is a little more than model_bytes (frame headers).
+    wire_model = sample["bytes"] / (2 * len(lt["per_link"]) * N + len(lt["per_link"]))
     per_link = {}
     for k, v in lt["per_link"].items():
-        per_link[k] = dict(v, up_bytes=v["up_bytes"] / N * S, down_bytes=(v["down_bytes"] - model_bytes) / N * S)
+        per_link[k] = dict(v, up_bytes=v["up_bytes"] / N * S, down_bytes=(v["down_bytes"] - wire_model) / N * S)
     res["ddp"] = {"wall_s": per_step * S, "eval_loss": ref["final_eval_loss"],
                   "bytes": sum(v["up_bytes"] + v["down_bytes"] for v in per_link.values()),
                   "peak_mbps": lt["peak_mbps"], "links": per_link,
@@ -108,9 +158,11 @@ def main():
     print(f"{'ddp':10s} {per_step * S:8.1f} s  eval {ref['final_eval_loss']:.4f}  {res['ddp']['bytes'] / 1e6:9.2f} MB "
           f"on links  ({N} steps measured across the links: {per_step:.3f} s/step)")
 
-    # The scenario's ratio as this run had it: one fp32 model exchange on a link / inner step.
-    t_step = res["decoupled"]["wall_s"] / S
+    # The scenario's ratio as the decoupled runs had it: one fp32 model exchange / their inner step,
+    # measured as the calibration's was.
+    t_step = sum(step_times) / len(step_times)
     R = model_bytes * 8 / (bw * 1e6) / t_step
+    drift = t_step / t_step0 - 1.0
 
     d, base = res["decoupled"], res["ddp"]
     print()
@@ -124,13 +176,18 @@ def main():
         print(f"{m:10s} {r['wall_s']:9.1f} {r['speedup_vs_ddp']:7.1f}x {r['eval_loss']:10.4f} "
               f"{100 * r['loss_vs_ddp']:+7.2f}% {r['bytes'] / 1e6:10.2f} {r['bytes_fewer_than_ddp']:9.0f}x "
               f"{r['peak_mbps']:12.2f}")
-    print(f"\nR (one fp32 model exchange / inner step) in this run: {R:.0f} "
-          f"({model_bytes / 1e3:.0f} kB at {bw} Mbit/s, t_step {1e3 * t_step:.1f} ms)")
+    print(f"\nR (one fp32 model exchange / inner step): {a.R:g} at the start (t_step {1e3 * t_step0:.1f} ms), "
+          f"{R:.0f} in the decoupled runs (t_step {1e3 * t_step:.1f} ms, {100 * drift:+.0f}%); "
+          f"{model_bytes / 1e3:.0f} kB at {bw:.3f} Mbit/s")
     targets = {"speedup_ge_20x": d["speedup_vs_ddp"] >= 20.0, "loss_within_3pct": d["loss_vs_ddp"] <= 0.03,
                "bytes_ge_400x_fewer": d["bytes_fewer_than_ddp"] >= 400.0}
     print("targets (decoupled vs ddp): " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in targets.items()))
     print(json.dumps({"benchmark": "wan_speedup", "steps": S, "pretrain": a.pretrain, "ddp_sample_steps": N,
-                      "R": round(R, 1), "link_mbps": bw, "modes": res, "targets": targets}))
+                      "R_target": a.R, "R_start": a.R, "R_end": round(R, 1), "t_step_start_s": t_step0,
+                      "t_step_end_s": t_step, "link_mbps": bw, "modes": res, "targets": targets}))
+    if abs(drift) > a.tolerance:
+        sys.exit(f"wan_speedup: the inner step drifted {100 * drift:+.0f}% during the run (R {a.R:g} -> {R:.0f}), "
+                 f"more than --tolerance {a.tolerance}: the machine's load changed; the figures describe another R")
 
 
 if __name__ == "__main__":
