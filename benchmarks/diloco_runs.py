@@ -9,8 +9,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DILOCO = os.path.join(ROOT, "build", "apps", "diloco")
 
 
-def run(diloco, config, sets, metrics, actors=False, init=None, save=None):
-    """`diloco run configs/CONFIG` with `--set` overrides; returns the metrics file's lines as
+def run(diloco, config, sets, metrics, actors=False, init=None, save=None, extra=()):
+    """`diloco run configs/CONFIG` with `--set` overrides (and `extra` arguments, e.g. --simulate); returns the metrics file's lines as
     {"summary": last summary object, "rounds": [...], "faults": [...]}. Exits on failure."""
     cmd = [diloco, "run", os.path.join(ROOT, "configs", config), "--metrics", metrics]
     if actors:
@@ -19,6 +19,7 @@ def run(diloco, config, sets, metrics, actors=False, init=None, save=None):
         cmd += ["--init", init]
     if save:
         cmd += ["--save", save]
+    cmd += list(extra)
     for s in sets:
         cmd += ["--set", s]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
