@@ -130,11 +130,11 @@ void Ledger::emit(const Event& e) {
   if (on_event_) on_event_(e);
 }
 
-void Ledger::check_end(double now, bool with_goodput) {
+void Ledger::check_end(double now, RunPart part) {
   const auto report = goodput_report(now);
   std::lock_guard lk(ev_mu_);
-  if (with_goodput) invariants_.goodput(report, now);
-  invariants_.end(now);
+  if (part == RunPart::whole_run) invariants_.goodput(report, now);
+  invariants_.end(now, part != RunPart::site, part != RunPart::syncer);
 }
 
 std::vector<Violation> Ledger::violations() const {

@@ -252,7 +252,7 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   summary.goodput = rt->goodput_report(finished_at);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   // Every run is checked (diloco/invariants.hpp): a broken invariant is logged and fails the run.
-  summary.violations = check_invariants(*rt, finished_at, true);
+  summary.violations = check_invariants(*rt, finished_at, RunPart::whole_run);
   const auto final_params = rt->syncer.global().first;
   summary.eval = evaluate_with_error(*model, final_params, eval);
   summary.rounds = printed;

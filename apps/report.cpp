@@ -204,19 +204,21 @@ std::size_t faults_scheduled(const diloco::actors::Runtime& rt) {
                                   rt.cfg.faults.begin(), rt.cfg.faults.end(), [](const auto& f) { return f.at_s < 0.0; }));
 }
 
-std::size_t check_invariants(diloco::actors::Runtime& rt, double at, bool whole_run) {
-  rt.check_end(at, whole_run);
+std::size_t check_invariants(diloco::actors::Runtime& rt, double at, diloco::actors::RunPart part) {
+  rt.check_end(at, part);
   const auto violations = rt.violations();
   for (const auto& v : violations)
     spdlog::error("invariant broken ({}) at {:.3f} s: {}", to_string(v.kind), v.at - rt.t0.load(), v.what);
   return violations.size();
 }
 
-void print_invariants(std::size_t violations, bool whole_run) {
+void print_invariants(std::size_t violations, diloco::actors::RunPart part) {
+  using Part = diloco::actors::RunPart;
   if (violations == 0)
-    std::printf("invariants: all kept (%s)\n", whole_run ? "rounds, quorum, refused frames, heals, finite parameters, goodput, repairs"
-                                                          : "rounds, quorum, refused frames, heals, finite parameters, repairs: "
-                                                            "those of this process; goodput is the whole run's");
+    std::printf("invariants: all kept (%s)\n",
+                part == Part::whole_run ? "rounds, quorum, refused frames, heals, finite parameters, goodput, repairs"
+                : part == Part::syncer  ? "this syncer's part: rounds, quorum, refused frames, finite parameters, its restores"
+                                        : "this site's part: heals, finite parameters, its chips' and islands' repairs");
   else
     std::printf("invariants: %zu violation(s), logged above\n", violations);
 }
@@ -240,7 +242,7 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
               100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
               gp.in_flight_chip_s, gp.global_downtime_s);
-  print_invariants(end.violations, true);
+  print_invariants(end.violations, diloco::actors::RunPart::whole_run);
   if (jsonl) {
     for (const auto& [at, what] : timeline.faults()) jsonl.write(Json{{"fault", what}, {"seconds", at}});
     // Per site link: bytes each way and the busiest second (peak bandwidth in use).

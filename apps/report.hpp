@@ -24,6 +24,7 @@
 
 namespace diloco::actors {
 struct Runtime;
+enum class RunPart : int;
 }
 
 using Json = nlohmann::ordered_json;
@@ -123,12 +124,13 @@ struct RunEnd {
 /// Faults the run was set to inject: the [chaos] schedule and every [[faults]] table.
 std::size_t faults_scheduled(const diloco::actors::Runtime& rt);
 
-/// Ends the run's invariants check at actor-clock second `at` (Ledger::check_end; goodput only
-/// when this process holds the whole run), logs every violation and returns their count.
-std::size_t check_invariants(diloco::actors::Runtime& rt, double at, bool whole_run);
+/// Ends the run's invariants check at actor-clock second `at` for the part of the run this
+/// process holds (Ledger::check_end), logs every violation and returns their count.
+std::size_t check_invariants(diloco::actors::Runtime& rt, double at, diloco::actors::RunPart part);
 
-/// The summary line of the invariants: "all kept (what was checked)" or the count of violations.
-void print_invariants(std::size_t violations, bool whole_run);
+/// The summary line of the invariants: "all kept (what this part checks)" or the count of
+/// violations.
+void print_invariants(std::size_t violations, diloco::actors::RunPart part);
 
 /// The summary of `diloco run` on the actors: the final line, goodput, the links per site, and
 /// the summary JSON line with the faults.

@@ -307,7 +307,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   // This process's part of the run's invariants (the commits: rounds, quorum, refused frames,
   // finite values); the sites check theirs.
-  const std::size_t violations = check_invariants(*rt, actor_seconds(sys), false);
+  const std::size_t violations = check_invariants(*rt, actor_seconds(sys), RunPart::syncer);
   const auto final_params = rt->syncer.global().first;
   const auto final_measured = evaluate_with_error(*model, final_params, eval);
   const double final_eval = final_measured.loss;
@@ -326,7 +326,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                    {"bytes_accounted", rt->tally().bytes_sent},
                    {"rejected", rt->tally().rejected},
                    {"invariant_violations", violations}});
-  print_invariants(violations, false);
+  print_invariants(violations, RunPart::syncer);
   told_all();
   caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
@@ -564,14 +564,14 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last frames out and acknowledged
   // This process's part of the run's invariants (its islands: heals, finite values, repairs).
-  const std::size_t violations = check_invariants(*rt, actor_seconds(sys), false);
+  const std::size_t violations = check_invariants(*rt, actor_seconds(sys), RunPart::site);
   const auto sock = door->stats();
   std::printf("done: site %s, islands %s, %llu tokens in %.1f s, %.3f MB accounted site -> syncer; "
               "sockets: %llu bytes sent, %llu received\n",
               f.site.c_str(), list(mine).c_str(), static_cast<unsigned long long>(rt->tally().tokens), secs,
               rt->tally().bytes_sent / 1e6, static_cast<unsigned long long>(sock.bytes_sent),
               static_cast<unsigned long long>(sock.bytes_received));
-  print_invariants(violations, false);
+  print_invariants(violations, RunPart::site);
   std::fflush(stdout);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);

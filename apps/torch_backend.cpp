@@ -39,7 +39,8 @@ const Loaded& load() {
   std::call_once(once, [] {
     std::string tried;
     for (const auto& path : candidates()) {
-      if (!std::filesystem::exists(path)) {
+      std::error_code ec;
+      if (!std::filesystem::exists(path, ec)) {
         tried += (tried.empty() ? "" : ", ") + path.string();
         continue;
       }
@@ -58,7 +59,8 @@ const Loaded& load() {
       loaded.kind = entry();  // the module stays loaded for the life of the process
       return;
     }
-    loaded.error = std::string("the TorchScript backend (") + kModule + ") is not installed (looked for " + tried + ")";
+    loaded.error = std::string("the TorchScript backend (") + kModule + ") is not installed (looked for " +
+                   (tried.empty() ? "it beside the app, whose path /proc/self/exe did not give" : tried) + ")";
   });
   return loaded;
 }

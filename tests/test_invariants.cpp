@@ -279,3 +279,18 @@ BOOST_AUTO_TEST_CASE(a_kill_never_repaired_while_the_run_went_on_is_caught) {
   only(inv, Kind::unrepaired, 3);
   BOOST_TEST(inv.violations()[0].what.find("kill island") != std::string::npos);
 }
+
+BOOST_AUTO_TEST_CASE(a_process_holding_part_of_the_run_judges_only_the_repairs_it_sees) {
+  // A site fires a step-triggered syncer kill but never sees the syncer's restore (that is in
+  // the syncer's process); the syncer's process never sees a chip's or an island's return.
+  auto unrepaired = [](bool syncer, bool islands) {
+    Invariants inv(settings());
+    inv.on(fault(1.0, FaultKind::island, 1, -1, 2.0));
+    inv.on(fault(2.0, FaultKind::syncer, -1, -1, 0.0));
+    inv.end(10.0, syncer, islands);
+    return inv.count(Kind::unrepaired);
+  };
+  BOOST_TEST(unrepaired(true, true) == 2u);   // the whole run
+  BOOST_TEST(unrepaired(false, true) == 1u);  // a site: the island's kill only
+  BOOST_TEST(unrepaired(true, false) == 1u);  // the syncer: its own kill only
+}

@@ -195,10 +195,11 @@ void Invariants::goodput(const GoodputMeter::Report& r, double at) {
                 " provisioned");
 }
 
-void Invariants::end(double at) {
+void Invariants::end(double at, bool syncer, bool islands) {
   for (const auto& o : faults_) {
     const auto& f = o.fault;
     if (f.fault == FaultKind::straggle || f.fault == FaultKind::partition) continue;  // over by the clock
+    if (!(f.fault == FaultKind::syncer ? syncer : islands)) continue;               // repaired in another process
     if (o.island_done) continue;                                                    // its island's run ended first
     const double due = f.at + std::max(0.0, f.duration_s) + s_.repair_allowance_s;
     if (at > due)

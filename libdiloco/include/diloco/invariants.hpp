@@ -81,8 +81,10 @@ public:
   /// The goodput figures at `at` (a report of GoodputMeter).
   void goodput(const GoodputMeter::Report& r, double at);
   /// The run ended at `at`: faults still unrepaired whose repair (plus the allowance) was due
-  /// before it are violations; the others were cut short by the end.
-  void end(double at);
+  /// before it are violations; the others were cut short by the end. A process that holds part
+  /// of the run judges only the faults whose repair it can see: `syncer` (its restore) and
+  /// `islands` (chips and islands: their steps and heals).
+  void end(double at, bool syncer = true, bool islands = true);
 
   const std::vector<Violation>& violations() const { return violations_; }
   bool ok() const { return violations_.empty(); }

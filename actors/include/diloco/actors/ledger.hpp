@@ -124,6 +124,10 @@ struct Tally {
 /// What happens in a run, and what the apps read: one record per writer (each island, each chip,
 /// the syncer, the gateway), the goodput the meter publishes, the events and why the run stopped.
 /// No field has two writers; what one unit learns of another it learns by message.
+/// Which part of a run this process holds: all of it (`diloco run`), the syncer (`diloco
+/// syncer`) or some islands (`diloco site`).
+enum class RunPart : int { whole_run, syncer, site };
+
 struct Ledger {
   Ledger(const Run& run, std::function<void(const Event&)> on_event);
 
@@ -145,9 +149,12 @@ struct Ledger {
   /// Reports `e`: the run's invariants checker sees it first (invariants.hpp), then the app.
   void emit(const Event& e);
   /// The run ended at actor-clock second `now`: the invariants checker takes the goodput figures
-  /// as of then (unless `with_goodput` is false: a syncer or site process holds only part of the
-  /// run's chip-seconds) and judges the faults still unrepaired. Call it once, when the run is over.
-  void check_end(double now, bool with_goodput = true);
+  /// as of then (only for the whole run: a syncer or site process holds part of the run's
+  /// chip-seconds) and judges the faults still unrepaired whose repair this part sees (a
+  /// syncer's restore happens in the syncer's process, a chip's or island's return in its
+  /// site's; a step-triggered syncer kill fires in the site of its island). Call it once, when
+  /// the run is over.
+  void check_end(double now, RunPart part = RunPart::whole_run);
   /// Every broken invariant so far, in the order found (empty: the run kept them all).
   std::vector<Violation> violations() const;
   /// The run cannot go on and must end with an error: an island or the syncer diverged, or the
