@@ -5,6 +5,9 @@ bf16, int8, int4 and E3M0 (4-bit float, arXiv 2501.18512), error feedback on; th
 broadcasts the merged fragments in fp32. Eval loss of the final global parameters and the bytes
 on the wire.
 
+Every run starts from one shared model (ddp for --pretrain steps, not part of any figure), as
+wan_speedup's and heterogeneous's do: from a cold start this small model leaves the unigram
+plateau at a time that depends on the seed, and that, not the encoding, decided the gaps.
 Every run is `diloco run --simulate`: the actor runtime on CAF's deterministic test coordinator,
 so at one seed the encodings see the same initial parameters, the same batches and the same
 order of merges, and differ by the encoding alone. (On the threaded runtime the merges follow
@@ -14,7 +17,7 @@ seed and averaged; the target is checked on the mean (the median is printed besi
 whose run ends on a much higher loss, whatever the encoding, moves the mean by itself).
 
   benchmarks/quantisation.py [--diloco build/apps/diloco] [--seeds 3] [--first 1] [--steps 1500]
-                             [--jobs 2] [--out DIR]
+                             [--pretrain 300] [--jobs 2] [--out DIR]
 
 Prints a table and, as its last line, one JSON object.
 """
@@ -39,6 +42,9 @@ def main():
                          "disjoint seeds can be pooled)")
     ap.add_argument("--steps", type=int, default=1500, help="inner steps per island")
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (each is one thread)")
+    ap.add_argument("--pretrain", type=int, default=300,
+                    help="ddp steps of a shared start for every run (0: each seed starts cold; a cold start of "
+                         "this small model leaves the unigram plateau at a time that depends on the seed)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="quantisation.")
@@ -46,10 +52,15 @@ def main():
     warmup = a.steps // 20
     common = [f"train.steps={a.steps}", f"inner.warmup_steps={warmup}", f"inner.decay_steps={a.steps - warmup}"]
     seeds = list(range(a.first, a.first + a.seeds))
+    init = None
+    if a.pretrain > 0:
+        init, pre = diloco_runs.pretrain(a.diloco, "quantisation.toml", a.pretrain, out)
+        print(f"shared start: ddp {a.pretrain} steps, eval loss {pre['final_eval_loss']:.4f}", flush=True)
 
     def one(enc, seed):
         s = diloco_runs.run(a.diloco, "quantisation.toml", common + [f'fragments.encoding="{enc}"'],
-                            os.path.join(out, f"{enc}_{seed}.jsonl"), extra=["--simulate", "--seed", str(seed)])
+                            os.path.join(out, f"{enc}_{seed}.jsonl"), init=init,
+                            extra=["--simulate", "--seed", str(seed)])
         return enc, seed, s["summary"]
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
@@ -78,6 +89,7 @@ def main():
     print(f"target (4-bit within 1% of fp32 eval loss, mean over seeds): {'met' if met else 'NOT met'} "
           f"(worst 4-bit {100 * worst4:+.2f}%)")
     print(json.dumps({"benchmark": "quantisation", "steps": a.steps, "seeds": seeds, "simulated": True,
+                      "pretrain": a.pretrain,
                       "encodings": res, "worst_4bit_mean_gap": worst4, "target_met": met}))
 
 
