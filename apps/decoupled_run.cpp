@@ -164,7 +164,7 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   caf::actor_system sys(sc);
   if (simulate) sys.await_actors_before_shutdown(false);  // nothing runs their last messages once the watch ends
   auto* sched = simulate ? &dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler()) : nullptr;
-  auto actor_now = [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
+  auto actor_now = [&sys] { return actor_seconds(sys); };
   std::vector<int> all(static_cast<std::size_t>(cfg.train.islands));
   std::iota(all.begin(), all.end(), 0);
   // Stops serving before the actor system goes.

@@ -37,14 +37,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// The actor clock's time in seconds: the time stamps of the runtime's events.
-double actor_seconds(caf::actor_system& sys) {
-  return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count();
-}
-
 /// The actor clock of `sys`, in seconds (what the monitor stamps its samples with).
 std::function<double()> actor_clock(caf::actor_system& sys) {
-  return [&sys] { return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count(); };
+  return [&sys] { return actor_seconds(sys); };
 }
 
 /// SIGTERM or SIGINT asks a site to leave gracefully (the signal's number; 0: none yet). A

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "diloco/model_registry.hpp"
+#include "diloco/torchscript.hpp"
 
 namespace diloco::app {
 namespace {
@@ -69,7 +70,7 @@ const Loaded& load() {
 
 void register_torchscript_on_demand() {
   register_model(ModelKind{
-      "torchscript", "a TorchScript module (model.path) whose forward(inputs, targets) returns the mean loss",
+      kTorchScriptKind, kTorchScriptDoc,
       [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
         const auto& l = load();
         if (l.kind == nullptr) throw std::invalid_argument("model.kind: " + l.error);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <thread>
 
+#include <caf/actor_system.hpp>
+
 #include "diloco/budget.hpp"
 
 WatchEnd watch(const WatchRules& rules, const std::function<void()>& tick, const WatchClock& clock) {
@@ -47,4 +49,8 @@ WatchEnd watch(const WatchRules& rules, const std::function<void()>& tick, const
       return {WatchEnd::How::stopped, "the simulation has nothing left to run, and the run has not ended"};
     }
   }
+}
+
+double actor_seconds(caf::actor_system& sys) {
+  return std::chrono::duration<double>(sys.clock().now().time_since_epoch()).count();
 }

@@ -7,6 +7,14 @@
 #include <optional>
 #include <string>
 
+namespace caf {
+class actor_system;
+}
+
+/// The actor clock of `sys` in seconds: the time stamps of the runtime's events (wall time, or
+/// a simulated run's virtual time).
+double actor_seconds(caf::actor_system& sys);
+
 /// What a watched run is judged by. Every function is called from the watching thread.
 struct WatchRules {
   std::function<bool()> done;     // the run is over (every island done)

@@ -37,8 +37,8 @@ import tempfile
 import diloco_runs
 
 
-def run(diloco, config, sets, metrics, actors=False, init=None, save=None):
-    return diloco_runs.run(diloco, config, sets, metrics, actors=actors, init=init, save=save)["summary"]
+def run(diloco, config, sets, metrics, actors=False, init=None):
+    return diloco_runs.run(diloco, config, sets, metrics, actors=actors, init=init)["summary"]
 
 
 def step_time(r, steps):

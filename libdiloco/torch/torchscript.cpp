@@ -202,7 +202,7 @@ private:
 
 ModelKind torchscript_kind() {
   return ModelKind{
-      "torchscript", "a TorchScript module (model.path) whose forward(inputs, targets) returns the mean loss",
+      kTorchScriptKind, kTorchScriptDoc,
       [](const ModelConfig& cfg) -> std::unique_ptr<Model> { return std::make_unique<TorchScriptModel>(cfg); },
       [](const ModelConfig& cfg) {
         std::vector<std::string> e;

@@ -9,6 +9,12 @@
 
 namespace diloco {
 
+/// The kind's name and its one-line description, for an app that registers the kind before the
+/// backend is loaded (the app's own `diloco` does).
+inline constexpr const char* kTorchScriptKind = "torchscript";
+inline constexpr const char* kTorchScriptDoc =
+    "a TorchScript module (model.path) whose forward(inputs, targets) returns the mean loss";
+
 /// The "torchscript" kind (its factory and its validation of model.path and model.options), for
 /// an app that registers it itself, e.g. behind a module it loads on first use.
 ModelKind torchscript_kind();
