@@ -10,12 +10,14 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
@@ -23,6 +25,7 @@
 
 #include "detail.hpp"
 #include "diloco/actors/identity.hpp"
+#include "diloco/leadership.hpp"
 #include "session_protocol.hpp"
 
 namespace diloco::actors {
@@ -43,6 +46,7 @@ struct ConnectorState {
   double last_echo = 0.0;
   int sessions = 0;
   bool over = false;  // the syncer said the run is over: no more dialing
+  TermFence fence;    // a replicated syncer: sessions of a deposed leader's term are refused
 };
 
 caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::shared_ptr<Runtime> rt,
@@ -118,6 +122,16 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
                         auto& st = self->state;
                         st.dialing = false;
                         st.failures = 0;
+                        if (!st.fence.admit(s.term)) {
+                          ++rt->gateway.refused;
+                          rt->emit(Event::refused(detail::now_s(self),
+                                                  "a session of term " + std::to_string(s.term) +
+                                                      " from a deposed syncer leader (the newest term is " +
+                                                      std::to_string(st.fence.newest()) + ")",
+                                                  "session"));
+                          retry("refused a session of the deposed leader's term " + std::to_string(s.term));
+                          return;
+                        }
                         if (!s.over.bytes.empty()) {
                           hear_over(s.over);
                           return;
@@ -132,6 +146,7 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
                         ++st.sessions;
                         rt->dir.set_syncer(st.relay);
                         log("session " + std::to_string(st.sessions) + " with the syncer at " + where +
+                            (s.term ? " (leader's term " + std::to_string(s.term) + ")" : std::string()) +
                             (o.tls ? " (mutual TLS, site proven)" : " (INSECURE)"));
                         if (o.on_session) o.on_session(s);
                       },
@@ -216,6 +231,8 @@ std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& synce
   d.forward = syncer;
   if (tls) d.tls = *tls;
   d.peers = {cfg.net.syncer_name};
+  // A replicated syncer: the door dials the replicas in turn until it reaches the leader.
+  for (const auto& r : cfg.syncers) d.targets.push_back({parse_endpoint(r.address), r.name});
   d.admission.handshake_s = cfg.net.handshake_ms / 1000.0;
   d.log = std::move(log);
   return Door::open(std::move(d));
@@ -223,6 +240,59 @@ std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& synce
 
 caf::actor spawn_connector(caf::actor_system& sys, std::shared_ptr<Runtime> rt, ConnectorOptions o) {
   return sys.spawn(connector_actor, std::move(rt), std::move(o));
+}
+
+std::string follow_leader(caf::actor_system& sys, std::uint16_t door_port, const FollowOptions& o) {
+  auto log = [&o](const std::string& s) {
+    if (o.log) o.log(s);
+  };
+  auto gw = sys.middleman().remote_actor("127.0.0.1", door_port);
+  if (!gw) return "cannot reach the leader: " + sys.render(gw.error());
+  caf::scoped_actor self{sys};
+  std::string why;
+  const Bytes cert = o.tls ? read_bytes(o.cert_file, &why) : Bytes{};
+  if (o.tls && cert.empty()) return why;
+  std::string ended;
+  auto failed = [&](const caf::error& e) { ended = sys.render(e); };
+  WireFrame nonce;
+  self->request(*gw, std::chrono::seconds(10), replica_atom::value, hello_atom::value, o.name, frame_of(cert))
+      .receive([&](WireFrame& n) { nonce = std::move(n); }, failed);
+  if (!ended.empty()) return "hello refused: " + ended;
+  Bytes sig;
+  if (o.tls) {
+    sig = sign_with_key(o.key_file, challenge_message(o.name, nonce.bytes), &why);
+    if (sig.empty()) return "cannot sign the challenge: " + why;
+  }
+  std::uint64_t term = 0;
+  self->request(*gw, std::chrono::seconds(10), replica_atom::value, prove_atom::value, frame_of(sig))
+      .receive([&](std::uint64_t t) { term = t; }, failed);
+  if (!ended.empty()) return "proof refused: " + ended;
+  log("following the leader (term " + std::to_string(term) + ")");
+  std::uint64_t generation = 0, round = 0;
+  const auto timeout = std::chrono::milliseconds(static_cast<long>(std::max(1000.0, o.poll_ms * 50)));
+  while (!o.keep_going || o.keep_going()) {
+    ReplicaUpdate u;
+    bool got = false;
+    self->request(*gw, timeout, replica_atom::value, generation, round)
+        .receive(
+            [&](ReplicaUpdate& x) {
+              u = std::move(x);
+              got = true;
+            },
+            failed);
+    if (!got) return "the leader stopped answering: " + ended;
+    if (u.term != term) return "the leader's term changed from " + std::to_string(term) + " to " + std::to_string(u.term);
+    const bool fresh = !u.state.bytes.empty();
+    if (fresh || !u.over.bytes.empty()) {
+      const auto g = u.generation, r = u.round;
+      const bool over = !u.over.bytes.empty();
+      if (o.on_update) o.on_update(u);
+      if (fresh) generation = g, round = r;
+      if (over) return "the run is over";
+    }
+    if (!fresh) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(o.poll_ms * 1000)));
+  }
+  return "stopped following";
 }
 
 }  // namespace diloco::actors

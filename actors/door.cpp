@@ -139,6 +139,8 @@ struct Door::Impl {
     bool outer_wants_write = false;  // TLS needs the socket writable to make progress
     bool counted = false;            // holds one of its peer's sessions
     bool dead = false;
+    std::size_t target = 0;          // site role with targets: the replica it dialled
+    std::size_t tried = 0;           // ... and how many it tried before it
     Conn(std::uint64_t i, BaspFilter f) : id(i), filter(std::move(f)) {}
   };
 
@@ -148,6 +150,8 @@ struct Door::Impl {
   int wake[2] = {-1, -1};
   std::uint16_t bound = 0;
   Resolved forward;
+  std::vector<Resolved> targets;  // site role: DoorOptions::targets, resolved
+  std::size_t current = 0;        // the target the next connection dials
   DoorAdmission admission;
   std::map<std::uint64_t, std::unique_ptr<Conn>> conns;
   std::uint64_t next_id = 1;
@@ -253,6 +257,9 @@ struct Door::Impl {
       if (how == Ending::evicted) ++st.evicted;
       if (how == Ending::bad_frame) ++st.bad_frames;
     }
+    // A replica that could not be reached or proven: the next connection tries the next one.
+    if (!syncer_role() && !targets.empty() && c.state != Conn::State::spliced && c.target == current)
+      current = (current + 1) % targets.size();
     if (how == Ending::refused) note("refused", c.address + ": " + why);
     if (how == Ending::evicted) note("closed a pending connection", c.address + ": " + why);
     if (how == Ending::bad_frame) note("closed a session for a bad frame", c.peer + " (" + c.address + "): " + why);
@@ -309,13 +316,28 @@ struct Door::Impl {
   }
 
   void dial_outer(Conn& c) {
-    c.outer = ::socket(forward.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    c.target = current;
+    const Resolved& to = targets.empty() ? forward : targets[current];
+    const Endpoint& at = targets.empty() ? o.forward : o.targets[current].at;
+    c.outer = ::socket(to.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c.outer < 0) return end(c, Ending::refused, std::string("socket: ") + std::strerror(errno));
     tune(c.outer);
-    c.address = o.forward.host + ":" + std::to_string(o.forward.port);
-    if (::connect(c.outer, reinterpret_cast<const sockaddr*>(&forward.addr), forward.len) != 0 && errno != EINPROGRESS)
+    c.address = at.host + ":" + std::to_string(at.port);
+    if (::connect(c.outer, reinterpret_cast<const sockaddr*>(&to.addr), to.len) != 0 && errno != EINPROGRESS) {
+      if (dial_next(c)) return;
       return end(c, Ending::refused, "cannot connect to the syncer at " + c.address + ": " + std::strerror(errno));
+    }
     c.state = Conn::State::connecting_outer;
+  }
+
+  /// A replicated syncer: the replica dialled for `c` does not listen (it follows, or is down), so
+  /// the same connection dials the next one at once, until every replica was tried.
+  bool dial_next(Conn& c) {
+    if (targets.empty() || ++c.tried >= targets.size()) return false;
+    if (c.outer >= 0) ::close(c.outer), c.outer = -1;
+    current = (c.target + 1) % targets.size();
+    dial_outer(c);
+    return true;
   }
 
   void dial_inner(Conn& c) {
@@ -325,6 +347,12 @@ struct Door::Impl {
     if (::connect(c.inner, reinterpret_cast<const sockaddr*>(&forward.addr), forward.len) != 0 && errno != EINPROGRESS)
       return end(c, Ending::refused, std::string("cannot reach the local endpoint: ") + std::strerror(errno));
     c.state = Conn::State::connecting_inner;
+  }
+
+  /// site role: the name the syncer (replica) dialled for `c` must prove.
+  std::string server_name(const Conn& c) const {
+    if (!o.targets.empty()) return o.targets[c.target].name;
+    return o.peers.empty() ? std::string() : o.peers.front();
   }
 
   static bool connected(int fd, std::string* why) {
@@ -351,7 +379,7 @@ struct Door::Impl {
         if (std::find(o.peers.begin(), o.peers.end(), name) == o.peers.end())
           return end(c, Ending::refused, "certificate CN=" + name + " is not a site of this run");
       } else {
-        name = o.peers.empty() ? std::string() : o.peers.front();  // checked by SSL_set1_host
+        name = server_name(c);  // checked by SSL_set1_host
       }
       return proven(c, name);
     }
@@ -476,14 +504,17 @@ struct Door::Impl {
     std::string why;
     switch (c.state) {
       case Conn::State::connecting_outer:
-        if (!connected(c.outer, &why)) return end(c, Ending::refused, "cannot connect to the syncer at " + c.address + ": " + why);
+        if (!connected(c.outer, &why)) {
+          if (dial_next(c)) return;
+          return end(c, Ending::refused, "cannot connect to the syncer at " + c.address + ": " + why);
+        }
         if (ctx) {
           c.ssl = SSL_new(ctx);
           SSL_set_fd(c.ssl, c.outer);
           SSL_set_connect_state(c.ssl);
-          if (!o.peers.empty()) {
-            SSL_set1_host(c.ssl, o.peers.front().c_str());  // the server must be the syncer named in the config
-            SSL_set_tlsext_host_name(c.ssl, o.peers.front().c_str());
+          if (const auto name = server_name(c); !name.empty()) {
+            SSL_set1_host(c.ssl, name.c_str());  // the server must be the syncer named in the config
+            SSL_set_tlsext_host_name(c.ssl, name.c_str());
           }
         }
         c.state = Conn::State::handshake;
@@ -572,7 +603,8 @@ std::unique_ptr<Door> Door::open(DoorOptions o) {
   }
   auto impl = std::make_unique<Impl>(std::move(o));
   impl->setup_tls();
-  impl->forward = resolve(impl->o.forward, false);
+  if (impl->o.targets.empty()) impl->forward = resolve(impl->o.forward, false);
+  for (const auto& t : impl->o.targets) impl->targets.push_back(resolve(t.at, false));
   impl->bind_listener();
   Impl* p = impl.get();
   impl->thread = std::thread([p] {

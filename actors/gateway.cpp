@@ -24,6 +24,7 @@
 
 #include "detail.hpp"
 #include "diloco/actors/identity.hpp"
+#include "diloco/leadership.hpp"
 #include "session_protocol.hpp"
 
 namespace diloco::actors {
@@ -157,8 +158,20 @@ struct Pending {
   Bytes nonce;
 };
 
+// A follower replica in session: its name, what it acknowledged (by asking for more).
+struct Follower {
+  std::string name;
+  std::uint64_t acked_round = 0;
+  std::uint64_t acked_generation = 0;
+  double last_heard = 0.0;
+};
+
 struct GatewayState {
   std::map<caf::actor_addr, Pending> pending;  // by the connector asking
+  std::map<caf::actor_addr, Pending> pending_replicas;  // by the follower asking
+  std::map<caf::actor_addr, Follower> followers;        // proven followers, by the actor asking
+  std::uint64_t encoded_generation = 0;                 // the snapshot `encoded` holds (0: none)
+  WireFrame encoded;
   std::map<int, caf::actor> sessions;          // site → its live relay (erased when the relay ends)
   std::map<int, caf::node_id> nodes;           // site → the node of its live session
   WireFrame over;                              // the run is over: this RunOver frame, the answer to every site
@@ -183,6 +196,20 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         return;
       }
   });
+  // The challenge the sender of a proof was given (taken out of `pending`), once its signature
+  // over it checks against the certificate it sent (without a CA, under --insecure, it is taken
+  // at its word). `who` names the kind of peer in the refusal.
+  auto take_proof = [self, o](std::map<caf::actor_addr, Pending>& pending, const std::string& who,
+                              const WireFrame& sig) -> Expected<Pending> {
+    auto it = pending.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+    if (it == pending.end()) return Error{errc::unexpected_message, who + " proof without a challenge"};
+    Pending x = std::move(it->second);
+    pending.erase(it);
+    if (!o.ca_file.empty())
+      if (auto why = verify_site_proof(o.ca_file, x.cert, x.site, challenge_message(x.site, x.nonce), sig.bytes); !why.empty())
+        return Error{errc::unexpected_message, who + " '" + x.site + "' not authenticated: " + why};
+    return x;
+  };
   auto told = [self, rt, o](int site, const std::string& how) {
     ++rt->gateway.run_over_sent;
     rt->gateway.told_over[static_cast<std::size_t>(site)] = true;
@@ -219,19 +246,14 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
       },
       [=](prove_atom, const WireFrame& sig) -> caf::result<SiteSession> {
         auto from = self->current_sender();
-        auto addr = caf::actor_cast<caf::actor_addr>(from);
-        auto it = self->state.pending.find(addr);
-        if (!from || it == self->state.pending.end()) return refuse("proof without a challenge");
-        const Pending x = std::move(it->second);
-        self->state.pending.erase(it);
-        if (!o.ca_file.empty()) {
-          auto why = verify_site_proof(o.ca_file, x.cert, x.site, challenge_message(x.site, x.nonce), sig.bytes);
-          if (!why.empty()) return refuse("site '" + x.site + "' not authenticated: " + why);
-        }
+        auto proven = take_proof(self->state.pending, "site", sig);
+        if (!from || !proven) return refuse(proven ? "proof without a sender" : proven.error().reason);
+        const Pending x = std::move(*proven);
         const int site = site_index(rt->cfg, x.site);
         if (!self->state.over.bytes.empty()) {  // proven, but the run ended: no session, the word that it is over
           SiteSession s;
           s.over = self->state.over;
+          s.term = o.term;
           told(site, "joined after the run ended, told");
           return s;
         }
@@ -250,6 +272,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         self->state.nodes[site] = from->node();
         SiteSession s;
         s.relay = relay;
+        s.term = o.term;
         for (int i : islands_of_site(rt->cfg, site)) {
           s.islands.push_back(i);
           s.steps.push_back(rt->syncer.heard_step[static_cast<std::size_t>(i)].load());
@@ -260,6 +283,72 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
                                                       : " authenticated (certificate CN=" + x.site + ", key proven)") +
                 ", from node " + caf::to_string(from->node()));
         return s;
+      },
+      // ---- a follower replica: proves its name, then pulls the snapshots it lacks ----
+      [=](replica_atom, hello_atom, const std::string& name, const WireFrame& cert) -> caf::result<WireFrame> {
+        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        if (!from) return refuse("replica hello without a sender");
+        if (std::find(o.replicas.begin(), o.replicas.end(), name) == o.replicas.end())
+          return refuse("hello from '" + name + "', not a syncer replica of this run");
+        auto& p = self->state.pending_replicas;
+        if (p.size() >= 64) p.erase(p.begin());
+        Pending x{name, cert.bytes, random_nonce()};
+        auto nonce = frame_of(x.nonce);
+        p[from] = std::move(x);
+        return nonce;
+      },
+      [=](replica_atom, prove_atom, const WireFrame& sig) -> caf::result<std::uint64_t> {
+        auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        auto proven = take_proof(self->state.pending_replicas, "replica", sig);
+        if (!addr || !proven) return refuse(proven ? "replica proof without a sender" : proven.error().reason);
+        const Pending x = std::move(*proven);
+        auto& fs = self->state.followers;
+        for (auto f = fs.begin(); f != fs.end();)  // a replica's new session replaces its old one
+          f = f->second.name == x.site ? fs.erase(f) : std::next(f);
+        if (fs.size() >= o.replicas.size()) return refuse("too many follower sessions");
+        fs[addr] = Follower{x.site, 0, detail::now_s(self)};
+        rt->gateway.followers = static_cast<int>(fs.size());
+        if (o.log) o.log("replica " + x.site + " follows (term " + std::to_string(o.term) + ")");
+        return o.term;
+      },
+      [=](replica_atom, std::uint64_t have_generation, std::uint64_t have_round) -> caf::result<ReplicaUpdate> {
+        auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        auto it = self->state.followers.find(addr);
+        if (it == self->state.followers.end()) return refuse("state asked for by an unproven replica");
+        auto& st = self->state;
+        const auto held = rt->syncer.held();
+        // What it asks for after an update is what it holds: its acknowledgement.
+        it->second.acked_round = std::min(have_round, held.round);
+        it->second.acked_generation = std::min(have_generation, held.generation);
+        it->second.last_heard = detail::now_s(self);
+        std::vector<std::uint64_t> rounds, generations;
+        for (const auto& [a, f] : st.followers) {
+          rounds.push_back(f.acked_round);
+          generations.push_back(f.acked_generation);
+        }
+        const auto majority = majority_round(held.round, rounds, o.replicas.size());
+        if (majority > rt->gateway.majority_round.load()) rt->gateway.majority_round = majority;
+        // What a majority holds may now reach the islands (Run::hold_until_replicated).
+        const auto held_by_majority = majority_round(held.generation, generations, o.replicas.size());
+        if (held_by_majority > rt->gateway.majority_generation.load()) {
+          rt->gateway.majority_generation = held_by_majority;
+          if (auto syncer = rt->dir.syncer()) self->send(syncer, replicated_atom::value, held_by_majority);
+        }
+        ReplicaUpdate u;
+        u.term = o.term;
+        u.generation = held.generation;
+        u.round = held.round;
+        u.over = st.over;
+        if (held.snapshot && held.generation != have_generation) {
+          if (st.encoded_generation != held.generation) {
+            auto bytes = encode_checkpoint(rt->layout_model->layout(), rt->plan, *held.snapshot);
+            if (!bytes) return caf::make_error(caf::sec::runtime_error, "snapshot not encodable: " + bytes.error().message());
+            st.encoded.bytes.assign(bytes->begin(), bytes->end());
+            st.encoded_generation = held.generation;
+          }
+          u.state = st.encoded;
+        }
+        return u;
       },
   };
 }
@@ -274,6 +363,7 @@ std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at,
   d.forward = Endpoint{"127.0.0.1", caf_port};
   if (tls) d.tls = *tls;
   for (int s = 0; s < site_count(cfg); ++s) d.peers.push_back(site_name(cfg, s));
+  for (const auto& r : cfg.syncers) d.peers.push_back(r.name);  // followers of a replicated syncer
   d.admission = {static_cast<std::size_t>(cfg.net.pending_per_address), static_cast<std::size_t>(cfg.net.pending_total),
                  cfg.net.handshake_ms / 1000.0};
   d.log = std::move(log);

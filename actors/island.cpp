@@ -248,11 +248,13 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   // A re-join keeps the local progress and re-bases; so does the first join of an island
   // restored from a state directory (its parameters are its own, the syncer's may be older).
   const bool keep_local = rejoin || st.resumed;
+  const auto held = st.core->base_round(0);
   st.core->heal(reply, keep_local);
   st.resumed = false;
   st.left = false;  // the syncer counts on a joining island until it says it finished
   count_joined(self);
   auto e = Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin);
+  e.held_round = held;
   if (!keep_local) {  // a heal adopts the global fragments exactly (the invariants compare them)
     const auto d = heal_digests(rt.plan, st.core->params(), reply);
     e.digest = d.island, e.global_digest = d.global;

@@ -27,9 +27,18 @@ std::shared_ptr<const Checkpoint> SyncerRecord::snapshot() const {
   return snapshot_;
 }
 
-void SyncerRecord::keep_snapshot(std::shared_ptr<const Checkpoint> cp) {
+std::uint64_t SyncerRecord::keep_snapshot(std::shared_ptr<const Checkpoint> cp) {
   std::lock_guard lk(mu_);
   snapshot_.swap(cp);  // the old one goes with `cp`, after the lock is released
+  return ++generation_;
+}
+
+SyncerRecord::Held SyncerRecord::held() const {
+  std::lock_guard lk(mu_);
+  // The global round is the oldest fragment round (SyncerCore::global_round), of the snapshot itself.
+  std::uint64_t round = 0;
+  if (snapshot_ && !snapshot_->rounds.empty()) round = *std::min_element(snapshot_->rounds.begin(), snapshot_->rounds.end());
+  return {snapshot_, generation_, round};
 }
 
 void SyncerRecord::publish(std::span<const float> params, std::uint64_t round, bool new_round) {

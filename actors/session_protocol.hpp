@@ -18,6 +18,7 @@ using beat_atom = caf::atom_constant<caf::atom("dl_beat")>;     // site ↔ rela
 using redial_atom = caf::atom_constant<caf::atom("dl_redial")>; // connector → itself: try again
 using pulse_atom = caf::atom_constant<caf::atom("dl_pulse")>;   // relay / connector → itself: timer
 using over_atom = caf::atom_constant<caf::atom("dl_over")>;     // app → gateway → relay → site: RunOver frame
+using replica_atom = caf::atom_constant<caf::atom("dl_replic")>; // follower replica → leader's gateway
 
 inline std::chrono::microseconds ms(double x) { return detail::micros(x / 1000.0); }
 

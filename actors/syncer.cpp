@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <deque>
 #include <map>
 #include <string>
 
@@ -41,7 +42,18 @@ struct SyncerState {
   double t_step = 0.0;
   std::uint64_t reported_round = 0;
   double pending_tick = std::numeric_limits<double>::infinity();
+  // A replicated leader (Run::hold_until_replicated): the generation of its newest snapshot, the
+  // one a majority of replicas holds, and what waits for it: broadcasts (with the generation
+  // they belong to) and islands to welcome.
+  std::uint64_t generation = 0;
+  std::uint64_t replicated = 0;
+  std::deque<std::pair<std::uint64_t, Frame>> held_frames;
+  std::vector<std::pair<int, caf::actor>> held_welcomes;
 };
+
+/// Whether what the syncer holds now may reach islands: always, unless a replicated leader's
+/// newest snapshot is not yet held by a majority of the replicas.
+bool replicated(const SyncerState& st, const Runtime& rt) { return !rt.hold_until_replicated || st.replicated >= st.generation; }
 
 /// The islands of the run as the syncer core counts them: the registered ones and those that
 /// finished (a finished island stays finished when it goes away, until it joins again): a merge's
@@ -67,7 +79,7 @@ void set_finished(SyncerState& st, Runtime& rt, int id, bool finished) {
   rt.syncer.finished[static_cast<std::size_t>(id)] = finished;
   st.core->set_live_islands(members(st, rt));
   st.core->finish(id, finished);
-  if (changed && st.core->health()) rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(st.core->snapshot()));
+  if (changed && st.core->health()) st.generation = rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(st.core->snapshot()));
 }
 
 /// The syncer cannot go on: its state diverged (kind diverged) or its state file cannot be
@@ -86,6 +98,7 @@ caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, E
   return {
       [](join_atom, const WireFrame&) {}, [](progress_atom, const WireFrame&) {}, [](fragment_atom, const WireFrame&) {},
       [](grad_atom, const WireFrame&) {}, [](tick_atom) {},                     [](repaired_atom) {},
+      [](replicated_atom, std::uint64_t) {},
   };
 }
 
@@ -121,6 +134,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   const double now = detail::now_s(self);
   const auto t_begin = std::chrono::steady_clock::now();
   double t_link = 0.0;
+  if (rt.leading && !rt.leading()) return;  // deposed: nothing is committed (the app ends this leadership)
   auto commits = st.core->poll(now);
   std::vector<Frame> frames;
   for (const auto& c : commits) {
@@ -140,12 +154,14 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   if (!commits.empty()) {
     // The commits are held before anyone hears of them: a syncer killed from here on restarts
     // (in this process) from exactly these rounds, neither losing nor repeating one.
-    rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(st.core->snapshot()));
+    st.generation = rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(st.core->snapshot()));
     rt.syncer.publish(st.core->params(), st.core->global_round(), true);
   }
   for (std::size_t j = 0; j < commits.size(); ++j) {
     const auto& c = commits[j];
-    t_link = std::max(t_link, broadcast(self, rt, frames[j]));
+    // A replicated leader holds the broadcast until a majority of the replicas holds the commit.
+    if (replicated(st, rt)) t_link = std::max(t_link, broadcast(self, rt, frames[j]));
+    else st.held_frames.emplace_back(st.generation, std::move(frames[j]));
     ++rt.syncer.commits;
     for (auto& [key, n] : st.accepted) {
       if (key.second != c.fragment) continue;
@@ -201,6 +217,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     s.merge.rda = false;
   }
   st.core = std::make_unique<SyncerCore>(rt->plan, rt->initial, s);
+  st.replicated = rt->gateway.majority_generation.load();  // a restart in this process: what is already held
   // Under repair (a chaos kill): take our place in the directory once it is over; until then
   // islands find the dead predecessor and keep training on their own.
   if (const double now = detail::now_s(self), back = rt->windows.syncer_back(); now < back)
@@ -225,6 +242,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
                          "unusable syncer state" + (c.syncer.checkpoint.empty() ? std::string() : " file " + c.syncer.checkpoint) +
                              ", refusing to start over it: " + ok.error().message());
     rt->syncer.publish(st.core->params(), st.core->global_round(), false);
+    // A replicated leader's followers get what it resumed from before islands hear of it.
+    if (rt->hold_until_replicated) st.generation = rt->syncer.keep_snapshot(cp);
     auto e = Event::restored(detail::now_s(self), st.core->global_round(), "from the last snapshot");
     for (int p = 0; p < rt->P(); ++p) e.rounds.push_back(st.core->round(p));
     rt->emit(e);
@@ -261,7 +280,26 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         st.islands[id] = who;
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
-        detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
+        // A join reply carries every commit: a replicated leader sends it once a majority holds them.
+        if (replicated(st, *rt)) detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
+        else st.held_welcomes.emplace_back(id, who);
+      },
+      [=](replicated_atom, std::uint64_t generation) {
+        // From this process's gateway only: a majority of the replicas holds `generation`.
+        auto& st = self->state;
+        auto from = self->current_sender();
+        if (!from || from->node() != self->node() || generation <= st.replicated) return;
+        st.replicated = std::min(generation, st.generation);
+        while (!st.held_frames.empty() && st.held_frames.front().first <= st.replicated) {
+          broadcast(self, *rt, st.held_frames.front().second);
+          st.held_frames.pop_front();
+        }
+        if (!replicated(st, *rt)) return;
+        auto welcomes = std::move(st.held_welcomes);
+        st.held_welcomes.clear();
+        for (auto& [id, who] : welcomes)
+          if (auto it = st.islands.find(id); it != st.islands.end() && it->second == who)
+            detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
       },
       [=](progress_atom, const WireFrame& w) {
         auto& st = self->state;

@@ -247,6 +247,9 @@ int main(int argc, char** argv) {
   syncer_cmd->add_option("--state", net.state,
                          "state directory (default diloco-state): the run's manifest and the syncer's state file "
                          "(syncer.safetensors) when syncer.checkpoint is \"\"; one of another configuration is refused");
+  syncer_cmd->add_option("--replica", net.replica,
+                         "run as this replica of a replicated syncer ([[syncers]]): follow the leader elected "
+                         "through etcd (net.etcd), lead when elected; state directory default diloco-state/NAME");
   syncer_cmd->add_option("--metrics", net.metrics, "append one JSON object per commit and round to this file");
   syncer_cmd->add_flag("--fresh", net.fresh,
                        "start from round 0 when the state file is unusable, moving it aside to FILE.corrupt-N "
@@ -267,7 +270,14 @@ int main(int argc, char** argv) {
     log.apply();
     if (app.got_subcommand("simulate")) return simcmd::run(*sim_flags);
     if (app.got_subcommand("plot")) return plotcmd::run(*plot_flags);
-    if (app.got_subcommand("syncer")) return run_syncer_process(diloco::load_config(net.config, net_overrides), net);
+    if (app.got_subcommand("syncer")) {
+      auto cfg = diloco::load_config(net.config, net_overrides);
+      if (!net.replica.empty()) return run_replica_process(cfg, net);
+      if (!cfg.syncers.empty())
+        throw diloco::ConfigError({"syncers: this configuration has a replicated syncer ([[syncers]]): start each "
+                                   "replica with `diloco syncer CONFIG --replica NAME`"});
+      return run_syncer_process(std::move(cfg), net);
+    }
     if (app.got_subcommand("site")) return run_site_process(diloco::load_config(net.config, net_overrides), net);
     if (app.got_subcommand("demo")) return run_demo_supervision();
     if (app.got_subcommand("inspect")) {

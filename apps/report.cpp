@@ -100,7 +100,8 @@ void FaultTimeline::on(const Event& e) {
                                         e.round, e.step, healed("island " + std::to_string(e.island), t)));
       return;
     case Event::Kind::rejoin:
-      lines_.push_back(at + fmt::format("island {} re-joined the syncer (base round {}) at step {}", e.island, e.round, e.step));
+      lines_.push_back(at + fmt::format("island {} re-joined the syncer (base round {}, it held {}) at step {}", e.island,
+                                        e.round, e.held_round, e.step));
       return;
     case Event::Kind::restore:
       lines_.push_back(at + fmt::format("syncer restarted ({}) at global round {}{}", e.detail, e.round, healed("syncer", t)));
@@ -336,7 +337,8 @@ std::optional<std::string> site_line(const Event& e, long every_steps) {
       return fmt::format("island {} (incarnation {}) healed to global round {} at step {}", e.island, e.incarnation, e.round,
                          e.step);
     case Event::Kind::rejoin:
-      return fmt::format("island {} re-joined the syncer (base round {}) at step {}", e.island, e.round, e.step);
+      return fmt::format("island {} re-joined the syncer (base round {}, it held {}) at step {}", e.island, e.round,
+                         e.held_round, e.step);
     case Event::Kind::fault: return e.detail;
     case Event::Kind::leave:
       return e.unsent > 0 ? fmt::format("island {} leaving at step {}: hands over the unsent progress of {} fragment(s)",

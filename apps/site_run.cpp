@@ -114,13 +114,13 @@ void linger_until_told(const diloco::actors::Runtime& rt, const diloco::NetConfi
 
 }  // namespace
 
-int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
+int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadership* lead) {
   using namespace diloco;
   using namespace diloco::actors;
   refuse_mode(cfg);
   const auto at = parse_endpoint(f.endpoint.empty() ? cfg.net.listen : f.endpoint);
   const std::string certs = f.certs.empty() ? cfg.net.certs : f.certs;
-  const auto tls = tls_of(f, cfg, cfg.net.syncer_name);
+  const auto tls = tls_of(f, cfg, lead ? lead->name : cfg.net.syncer_name);
   // kill -9 of this process loses at most snapshot_every rounds: the snapshot is on disk.
   // A state directory holds the run's manifest: one of another configuration is refused.
   if (cfg.syncer.checkpoint.empty()) {
@@ -156,6 +156,10 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
       tl->line(*line);
     }
   });
+  if (lead) {
+    rt->leading = lead->holds;
+    rt->hold_until_replicated = cfg.net.replicate_before_broadcast && cfg.syncers.size() > 1;
+  }
   // A state file the syncer cannot resume from is refused before anything listens (the syncer
   // actor refuses it too, also at a restart); --fresh moves it aside and starts from round 0.
   if (auto st = load_syncer_state(cfg.syncer.checkpoint, rt->layout_model->layout(), rt->plan, cfg.train.islands); !st) {
@@ -186,7 +190,12 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   only_syncer.syncer = true;
   only_syncer.all_islands = false;
   auto root = spawn_runtime(sys, rt, supervision_sink(*monitor), only_syncer);
-  auto gateway = spawn_gateway(sys, rt, GatewayOptions{tls ? tls->ca : std::string(), [tl](const std::string& s) { tl->line(s); }});
+  GatewayOptions gw_options{tls ? tls->ca : std::string(), [tl](const std::string& s) { tl->line(s); }};
+  if (lead) {
+    gw_options.term = lead->term;
+    for (const auto& r : cfg.syncers) gw_options.replicas.push_back(r.name);
+  }
+  auto gateway = spawn_gateway(sys, rt, gw_options);
   // CAF listens on loopback only; the door faces the network and splices proven peers to it.
   auto caf_port = publish_gateway(gateway);
   std::unique_ptr<Door> door;
@@ -213,18 +222,27 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
               static_cast<long>(cfg.syncer.snapshot_every), cfg.syncer.checkpoint.c_str());
   std::printf("%d sites, %d islands, %ld steps, H=%d, P=%d\n", site_count(cfg), cfg.train.islands, cfg.train.steps,
               cfg.train.H, rt->P());
-  std::printf("join with:\n");
   const std::string config = f.config.empty() ? "CONFIG" : f.config;
+  if (lead) std::printf("sites find the leader among [[syncers]]; join with:\n");
+  else std::printf("join with:\n");
   for (int s = 0; s < site_count(cfg); ++s)
-    std::printf("  diloco site %s --site %s --connect %s%s   # islands %s\n", config.c_str(), site_name(cfg, s).c_str(),
-                addr.c_str(), f.insecure ? " --insecure" : (" --certs " + certs).c_str(),
-                list(islands_of_site(cfg, s)).c_str());
+    if (lead)
+      std::printf("  diloco site %s --site %s%s   # islands %s\n", config.c_str(), site_name(cfg, s).c_str(),
+                  f.insecure ? " --insecure" : (" --certs " + certs).c_str(), list(islands_of_site(cfg, s)).c_str());
+    else
+      std::printf("  diloco site %s --site %s --connect %s%s   # islands %s\n", config.c_str(), site_name(cfg, s).c_str(),
+                  addr.c_str(), f.insecure ? " --insecure" : (" --certs " + certs).c_str(),
+                  list(islands_of_site(cfg, s)).c_str());
   std::fflush(stdout);
   // The held-out loss of the initial parameters is measured once the syncer serves: a restarted
   // syncer takes its sites back at once instead of after a full evaluation (seconds on a busy
   // machine, while every site waits).
-  const double initial_eval = evaluate(*model, rt->initial, eval);
-  std::printf("initial eval loss %.4f\n", initial_eval);
+  // A replica taking over mid-run does not measure it again (seconds during which its commits
+  // would wait to be printed); the first leader did.
+  const bool taking_over = lead && std::filesystem::exists(cfg.syncer.checkpoint);
+  const double initial_eval = taking_over ? NAN : evaluate(*model, rt->initial, eval);
+  if (taking_over) std::printf("initial eval loss: measured by the first leader (this replica takes over)\n");
+  else std::printf("initial eval loss %.4f\n", initial_eval);
   std::fflush(stdout);
   jsonl.write(Json{{"event", "start"}, {"port", port}, {"initial_eval_loss", initial_eval}});
 
@@ -247,7 +265,10 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
   rules.final_sync_s = cfg.train.final_sync_s;
   rules.linger_s = 0.5;
   rules.failed = [&] { return tree_failed->load(); };
-  rules.stopped = [&] { return rt->stopped(); };
+  rules.stopped = [&]() -> std::optional<std::string> {
+    if (lead && !lead->holds()) return "deposed: lost the etcd lease of term " + std::to_string(lead->term);
+    return rt->stopped();
+  };
   const auto end = watch(rules, [&] {
     std::deque<Commit> cs;
     {
@@ -269,6 +290,16 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
     if (*monitor) (*monitor)->sample();
     std::fflush(stdout);
   });
+  if (lead && end.how == WatchEnd::How::stopped && !lead->holds()) {
+    // Deposed: another replica may lead by now. Nothing more is committed or told (the run is
+    // not over); the door closes, the sites move on to the leader, and this replica follows again.
+    std::printf("replica %s: %s; stops serving\n", lead->name.c_str(), end.why.c_str());
+    std::fflush(stdout);
+    door.reset();
+    caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+    return kDeposed;
+  }
   // The sites are told that the run is over (those in session now, the others when they come
   // back), so that none retries for ever against a syncer that is gone.
   const RunOver over = run_over_of(end);
@@ -321,6 +352,10 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f) {
                    {"bytes_accounted", rt->tally().bytes_sent},
                    {"rejected", rt->tally().rejected},
                    {"invariant_violations", violations}});
+  if (lead)
+    std::printf("replica %s, term %llu: %d followers in session, round %llu held by a majority of %zu replicas\n",
+                lead->name.c_str(), static_cast<unsigned long long>(lead->term), rt->gateway.followers.load(),
+                static_cast<unsigned long long>(rt->gateway.majority_round.load()), cfg.syncers.size());
   print_invariants(violations, RunPart::syncer);
   told_all();
   caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
@@ -372,7 +407,8 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   ConnectorOptions co;
   co.site = f.site;
   co.syncer = Endpoint{"127.0.0.1", door->port()};
-  co.syncer_label = to.host + ":" + std::to_string(to.port) + " (through this site's door)";
+  co.syncer_label = (cfg.syncers.empty() ? to.host + ":" + std::to_string(to.port) : std::string("the leading replica")) +
+                    " (through this site's door)";
   co.tls = tls.has_value();
   if (tls) co.cert_file = tls->cert, co.key_file = tls->key;
   co.max_attempts = f.max_attempts;
@@ -422,8 +458,13 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     }
     first->store(true);
   };
-  std::printf("diloco site %s: islands %s, %d chips each; syncer at %s:%u (%s)\n", f.site.c_str(), list(mine).c_str(),
-              cfg.islands.chips, to.host.c_str(), to.port, tls ? "mutual TLS" : "INSECURE");
+  std::string syncers = to.host + ":" + std::to_string(to.port);
+  if (!cfg.syncers.empty()) {  // a replicated syncer: the door finds the leader among them
+    syncers = "the leader of";
+    for (const auto& r : cfg.syncers) syncers += " " + r.name + "@" + r.address;
+  }
+  std::printf("diloco site %s: islands %s, %d chips each; syncer at %s (%s)\n", f.site.c_str(), list(mine).c_str(),
+              cfg.islands.chips, syncers.c_str(), tls ? "mutual TLS" : "INSECURE");
   std::fflush(stdout);
   catch_leave_signals();
   auto connector = spawn_connector(sys, rt, co);

@@ -2,6 +2,8 @@
 // joined over CAF's io middleman with mutual TLS (actors/remote.hpp).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "diloco/config.hpp"
@@ -17,9 +19,23 @@ struct NetFlags {
   std::string site;      // site: its name
   int max_attempts = 0;  // site: failed connection attempts in a row before giving up (0: never)
   std::string http;      // --http: metrics and status page ([HOST:]PORT; "" = off)
+  std::string replica;   // syncer: --replica NAME, one of [[syncers]] (replicated syncer)
 };
 
+/// A replicated syncer's leader (apps/replica_run.cpp): its term, whether it still holds its
+/// lease, and the replicas that may follow it.
+struct Leadership {
+  std::uint64_t term = 0;
+  std::string name;
+  std::function<bool()> holds;
+};
+/// run_syncer_process's exit code when its leadership ended before the run did.
+inline constexpr int kDeposed = 75;
+
 /// Runs the syncer alone and publishes it; returns when every island has finished its steps.
-int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f);
+int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadership* lead = nullptr);
+/// `diloco syncer CONFIG --replica NAME`: follows the leader (pulling every commit into its state
+/// directory) until etcd elects it, then leads; again a follower if it loses its lease.
+int run_replica_process(const diloco::RunConfig& cfg, const NetFlags& f);
 /// Runs one site's islands and chips, connected to the syncer; returns when they finish.
 int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f);

@@ -3,6 +3,9 @@
 # openssl CLI, for mutual TLS between sites:
 #   scripts/make-certs.sh OUT_DIR NAME...        e.g. scripts/make-certs.sh certs syncer us-west us-east
 #   scripts/make-certs.sh OUT_DIR --server NAME  a server certificate for a syncer named NAME (net.syncer_name)
+#   scripts/make-certs.sh OUT_DIR --replica NAME a certificate for a syncer replica NAME ([[syncers]]): it
+#                                                serves sites as the leader and dials the leader as a follower
+#                                                (serverAuth and clientAuth)
 # Writes OUT_DIR/ca.pem (trust anchor), OUT_DIR/ca.key (keep it private), and for each NAME
 # OUT_DIR/NAME.key + OUT_DIR/NAME.pem, a certificate with CN=NAME signed by the CA. "syncer" and
 # every NAME after --server get a server certificate (extended key usage serverAuth only), every
@@ -11,7 +14,7 @@
 # to the site it may speak for. Existing files are never overwritten.
 set -euo pipefail
 if [[ $# -lt 2 ]]; then
-  echo "usage: $0 OUT_DIR [--server] NAME..." >&2
+  echo "usage: $0 OUT_DIR [--server|--replica] NAME..." >&2
   exit 2
 fi
 out=$1
@@ -29,11 +32,15 @@ if [[ ! -f "$out/ca.key" ]]; then
 fi
 
 server_next=0
+replica_next=0
 for name in "$@"; do
   if [[ $name == --server ]]; then server_next=1; continue; fi
+  if [[ $name == --replica ]]; then replica_next=1; continue; fi
   usage=clientAuth
   if [[ $server_next -eq 1 || $name == syncer ]]; then usage=serverAuth; fi
+  if [[ $replica_next -eq 1 ]]; then usage=serverAuth,clientAuth; fi
   server_next=0
+  replica_next=0
   if [[ ! "$name" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
     echo "$0: '$name' is not a valid site name (letters, digits, . _ -)" >&2
     exit 2

@@ -7,14 +7,15 @@ set -euo pipefail
 packages=(cmake g++ make ninja-build pkg-config
           libcaf-dev libeigen3-dev capnproto libcapnp-dev libssl-dev openssl
           libspdlog-dev libboost-dev libboost-test-dev libtomlplusplus-dev libcli11-dev prometheus-cpp-dev
-          nlohmann-json3-dev iproute2 python3 libsentencepiece-dev sentencepiece
+          nlohmann-json3-dev libcurl4-openssl-dev etcd-server iproute2 python3 libsentencepiece-dev sentencepiece
           libtorch-dev python3-torch  # TorchScript chips (diloco::torch) and the modules its tests export
           libopenblas-dev libopenblas0-pthread gnuplot-nox chromium)
 # libboost-dev: Boost.Beast/Asio serve --http. libopenblas-dev does the built-in models' matrix
 # products (CMake requires it); libopenblas0-pthread becomes the system BLAS that libtorch (and
 # PyTorch in the benchmarks) computes with, so every build and test runs the torch parts the way
 # the benchmarks measure them. gnuplot-nox draws `diloco plot`; chromium renders the status page
-# in its test.
+# in its test. etcd-server elects the leader of syncer replicas ([[syncers]]; the tests start
+# their own on loopback), reached through its HTTP/JSON gateway with libcurl.
 
 # `--fuzz`: clang and its libFuzzer/sanitizer runtimes (tests/fuzz/README.md).
 if [[ " $* " == *" --fuzz "* ]]; then

@@ -820,3 +820,49 @@ BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_restores_who_finish
   BOOST_TEST(w.rt->syncer.heard_step[0].load() == 12);  // what a restarted site is told
   BOOST_TEST(w.rt->syncer.heard_step[1].load() == 18);
 }
+
+// A replicated syncer's leader (Run::hold_until_replicated): a commit's broadcast waits until the
+// gateway says a majority of the replicas holds it (replicated_atom), so no island hears of a
+// round a failover could lose; released, it goes out and the run trains on to the end.
+BOOST_AUTO_TEST_CASE(a_replicated_leader_broadcasts_a_commit_only_once_a_majority_holds_it) {
+  World w(small_config(2, 1, 2), [](Runtime& rt) { rt.hold_until_replicated = true; });
+  // Stands for the gateway: it sends from this process's node, as the gateway does.
+  auto gateway = w.sys->spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](replicated_atom a, std::uint64_t generation, const caf::actor& to) { self->send(to, a, generation); }};
+  });
+  std::vector<std::uint64_t> down_at_commit;  // bytes broadcast so far, at each commit
+  w.hook = [&](const Event& e) {
+    if (e.kind == Event::Kind::commit) down_at_commit.push_back(w.rt->syncer.bytes_down.load());
+  };
+  w.Coordinated::settle([&] { return !down_at_commit.empty(); });
+  BOOST_REQUIRE(!down_at_commit.empty());
+  const auto down = w.rt->syncer.bytes_down.load();
+  BOOST_TEST(down == down_at_commit.front());  // committed, kept, not broadcast
+  w.sched->run(50);  // the run goes on a while
+  BOOST_TEST(w.rt->syncer.bytes_down.load() == down);  // still held while nobody holds it
+  const auto generation = w.rt->syncer.held().generation;
+  BOOST_TEST(generation >= 1u);
+  caf::anon_send(gateway, replicated_atom::value, generation - 1, w.rt->dir.syncer());  // an older one: not enough
+  w.sched->run(4);
+  BOOST_TEST(w.rt->syncer.bytes_down.load() == down);
+  caf::anon_send(gateway, replicated_atom::value, generation, w.rt->dir.syncer());
+  w.sched->run(4);
+  BOOST_TEST(w.rt->syncer.bytes_down.load() > down);  // a majority holds it: it went out
+  // From here on every commit is released as soon as it is kept; the run ends with every round.
+  w.hook = [&](const Event& e) {
+    if (e.kind == Event::Kind::commit)
+      caf::anon_send(gateway, replicated_atom::value, w.rt->syncer.held().generation, w.rt->dir.syncer());
+  };
+  // A frame claiming to come from elsewhere cannot release anything: anonymous sends are ignored.
+  caf::anon_send(w.rt->dir.syncer(), replicated_atom::value, std::uint64_t{1000});
+  // ... and what was committed before that hook was in place is released now.
+  caf::anon_send(gateway, replicated_atom::value, w.rt->syncer.held().generation, w.rt->dir.syncer());
+  w.settle();
+  check_commits(w);
+  const auto commits = w.of(Event::Kind::commit);
+  // The islands trained on meanwhile (their repeats of the merged progress dropped as stale), took
+  // the released round, and the run ended with every later commit released as it came.
+  BOOST_TEST(commits.size() >= 2u);
+  BOOST_TEST(w.rt->syncer.round() == commits.back().round);
+  caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+}

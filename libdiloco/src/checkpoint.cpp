@@ -366,6 +366,24 @@ Status save_checkpoint(const std::string& path, const ParamLayout& layout, const
   return fsync_dir(std::filesystem::path(path).parent_path());
 }
 
+Expected<std::string> encode_checkpoint(const ParamLayout& layout, const FragmentPlan& plan, const Checkpoint& cp) {
+  if (auto st = check_state(layout, plan, cp); !st) return st.error();
+  const auto blobs = blobs_of(layout, plan, cp);
+  const std::string header = header_of(layout, plan, cp, blobs);
+  if (header.size() > kMaxHeaderBytes)
+    return Error{errc::frame_too_large, "header of " + num(header.size()) + " bytes exceeds the " + num(kMaxHeaderBytes) +
+                                            " a checkpoint may have (too many tensors or too much metadata)"};
+  std::string out;
+  std::size_t total = 8 + header.size();
+  for (const auto& b : blobs) total += b.bytes;
+  out.reserve(total);
+  const std::uint64_t n = header.size();
+  out.append(reinterpret_cast<const char*>(&n), 8);
+  out += header;
+  for (const auto& b : blobs) out.append(static_cast<const char*>(static_cast<const void*>(b.data)), b.bytes);
+  return out;
+}
+
 Status write_file_atomically(const std::string& path, std::string_view bytes) {
   const std::string tmp = path + ".tmp";
   {

@@ -208,6 +208,12 @@ std::vector<Field> fields(RunConfig& c) {
       {"net", "pending_per_address", &c.net.pending_per_address,
        "connections still in their handshake from one address; a newcomer past it closes that address's oldest"},
       {"net", "pending_total", &c.net.pending_total, "connections still in their handshake from all addresses together"},
+      {"net", "etcd", &c.net.etcd, "with [[syncers]]: etcd's HTTP/JSON gateway, where the replicas elect their leader"},
+      {"net", "election", &c.net.election, "with [[syncers]]: the election's name in etcd (one per run)"},
+      {"net", "lease_ms", &c.net.lease_ms,
+       "with [[syncers]]: the leader's etcd lease; a dead leader is replaced this long after, a cut-off one stops serving after half of it, ms"},
+      {"net", "replicate_before_broadcast", &c.net.replicate_before_broadcast,
+       "with [[syncers]]: a commit reaches islands only once a majority of the replicas holds it (false: at once; a failover may then lose the rounds not yet replicated)"},
   };
 }
 
@@ -234,6 +240,26 @@ std::vector<Field> site_fields(SiteSpec& s) {
       {"sites", "latency_ms", &s.latency_ms, "one-way latency of this site's link, ms (<0: [wan])"},
       {"sites", "jitter_ms", &s.jitter_ms, "jitter of this site's link, ms (<0: [wan])"},
       {"sites", "loss", &s.loss, "loss probability of this site's link (<0: [wan])"},
+  };
+}
+
+// A [[sites]] or [[syncers]] table's name: a certificate CN, so letters, digits, '.', '_' or '-',
+// and unique among the tables before it (`list[0..k)`).
+template <class Spec>
+void check_unique_name(std::vector<std::string>& e, const std::string& key, const std::string& name,
+                       const std::vector<Spec>& list, std::size_t k) {
+  if (name.empty() || name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+                          std::string::npos)
+    e.push_back(key + ".name: must be non-empty letters, digits, '.', '_' or '-' (got \"" + name + "\")");
+  for (std::size_t j = 0; j < k; ++j)
+    if (list[j].name == name) e.push_back(key + ".name: \"" + name + "\" is used twice");
+}
+
+// Keys of one [[syncers]] table.
+std::vector<Field> replica_fields(SyncerReplicaSpec& r) {
+  return {
+      {"syncers", "name", &r.name, "the replica's name (its certificate <name>.pem carries it as CN and subjectAltName)"},
+      {"syncers", "address", &r.address, "host:port it serves sites and the other replicas on while it leads"},
   };
 }
 
@@ -680,6 +706,12 @@ std::string site_name(const RunConfig& c, int site) {
   return c.sites.at(static_cast<std::size_t>(site)).name;
 }
 
+int replica_index(const RunConfig& c, const std::string& name) {
+  for (std::size_t k = 0; k < c.syncers.size(); ++k)
+    if (c.syncers[k].name == name) return static_cast<int>(k);
+  return -1;
+}
+
 int site_index(const RunConfig& c, const std::string& name) {
   for (int s = 0; s < site_count(c); ++s)
     if (site_name(c, s) == name) return s;
@@ -802,11 +834,7 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
     for (std::size_t k = 0; k < c.sites.size(); ++k) {
       const auto& st = c.sites[k];
       const std::string key = "sites[" + std::to_string(k) + "]";
-      if (st.name.empty() || st.name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
-                                 std::string::npos)
-        e.push_back(key + ".name: must be non-empty letters, digits, '.', '_' or '-' (got \"" + st.name + "\")");
-      for (std::size_t j = 0; j < k; ++j)
-        if (c.sites[j].name == st.name) e.push_back(key + ".name: \"" + st.name + "\" is used twice");
+      check_unique_name(e, key, st.name, c.sites, k);
       for (int i : st.islands) {
         if (i >= t.islands) e.push_back(key + ".islands: no island " + std::to_string(i));
         else if (owner[static_cast<std::size_t>(i)] >= 0)
@@ -823,6 +851,27 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
     }
     for (std::size_t i = 0; i < owner.size(); ++i)
       if (owner[i] < 0) e.push_back("sites: island " + std::to_string(i) + " belongs to no site");
+  }
+  for (std::size_t k = 0; k < c.syncers.size(); ++k) {
+    const auto& r = c.syncers[k];
+    const std::string key = "syncers[" + std::to_string(k) + "]";
+    check_unique_name(e, key, r.name, c.syncers, k);
+    for (std::size_t s = 0; s < c.sites.size(); ++s)
+      if (c.sites[s].name == r.name) e.push_back(key + ".name: \"" + r.name + "\" is also a site's name");
+    const auto colon = r.address.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == r.address.size() ||
+        r.address.find_first_not_of("0123456789", colon + 1) != std::string::npos || r.address.size() - colon > 6 ||
+        std::stol(r.address.substr(colon + 1)) == 0 || std::stol(r.address.substr(colon + 1)) > 65535)
+      e.push_back(key + ".address: expected host:port with a port in [1, 65535] (got \"" + r.address + "\")");
+  }
+  if (!c.syncers.empty()) {
+    if (c.net.etcd.rfind("http://", 0) != 0 && c.net.etcd.rfind("https://", 0) != 0)
+      e.push_back("net.etcd: expected an http:// or https:// URL of etcd's gateway (got \"" + c.net.etcd + "\")");
+    if (c.net.election.empty() || c.net.election.find_first_not_of(
+                                      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/") != std::string::npos)
+      e.push_back("net.election: letters, digits, '.', '_', '-' or '/' (got \"" + c.net.election + "\")");
+    if (!(c.net.lease_ms >= 1000.0 && c.net.lease_ms <= 600000.0))
+      e.push_back("net.lease_ms: must be in [1000, 600000] (etcd counts leases in whole seconds)");
   }
   const auto& n = c.net;
   if (n.listen.rfind(':') == std::string::npos || n.listen.rfind(':') + 1 == n.listen.size())
@@ -898,7 +947,7 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
   auto table = fields(cfg);
   for (auto&& [sec, node] : root) {
     const std::string section(sec.str());
-    if (section == "faults" || section == "sites") {
+    if (section == "faults" || section == "sites" || section == "syncers") {
       // `faults = []` (e.g. --set 'faults=[]') is an empty list: it clears the file's tables.
       const auto* arr = node.as_array();
       if (!arr || (!arr->empty() && !arr->is_array_of_tables())) {
@@ -908,7 +957,8 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
       for (std::size_t k = 0; k < arr->size(); ++k) {
         FaultSpec f;
         SiteSpec site;
-        auto ft = section == "faults" ? fault_fields(f) : site_fields(site);
+        SyncerReplicaSpec replica;
+        auto ft = section == "faults" ? fault_fields(f) : section == "sites" ? site_fields(site) : replica_fields(replica);
         for (auto&& [fk, fv] : *arr->get(k)->as_table()) {
           const std::string name(fk.str());
           const std::string key = section + "[" + std::to_string(k) + "]." + name;
@@ -917,7 +967,8 @@ RunConfig parse_config(std::string_view text, const std::vector<std::string>& ov
           else assign(fv, it->ptr, key, errs);
         }
         if (section == "faults") cfg.faults.push_back(f);
-        else cfg.sites.push_back(site);
+        else if (section == "sites") cfg.sites.push_back(site);
+        else cfg.syncers.push_back(replica);
       }
       continue;
     }
@@ -963,6 +1014,9 @@ std::vector<std::pair<std::string, std::string>> config_entries(const RunConfig&
   for (std::size_t k = 0; k < c.sites.size(); ++k)
     for (const auto& f : site_fields(c.sites[k]))
       out.emplace_back("sites[" + std::to_string(k) + "]." + std::string(f.key), format_value(f.ptr));
+  for (std::size_t k = 0; k < c.syncers.size(); ++k)
+    for (const auto& f : replica_fields(c.syncers[k]))
+      out.emplace_back("syncers[" + std::to_string(k) + "]." + std::string(f.key), format_value(f.ptr));
   return out;
 }
 
@@ -989,6 +1043,12 @@ std::string default_config_toml() {
   for (const auto& f : site_fields(site))
     s << "#   " << f.key << " = " << format_value(f.ptr) << "  # " << f.doc << "\n";
   s << "# [[sites]]\n# name = \"us-east\"\n# islands = [0, 1]\n# bandwidth_mbps = 2000.0\n";
+  SyncerReplicaSpec replica;
+  s << "\n# A replicated syncer (`diloco syncer CONFIG --replica NAME`), none by default: one leads,\n"
+       "# elected through etcd (net.etcd), and replicates every commit to the others. One [[syncers]] table each:\n";
+  for (const auto& f : replica_fields(replica))
+    s << "#   " << f.key << " = " << format_value(f.ptr) << "  # " << f.doc << "\n";
+  s << "# [[syncers]]\n# name = \"syncer-a\"\n# address = \"10.0.0.1:7700\"\n";
   return s.str();
 }
 

@@ -49,10 +49,14 @@ Status check_manifest(const std::string& manifest, const RunConfig& cfg) {
   saved.erase(format);
   std::vector<std::string> diffs;
   std::set<std::string> seen;
+  std::map<std::string, std::string> defaults;
+  for (auto& [k, v] : config_entries(RunConfig{})) defaults.emplace(std::move(k), std::move(v));
   for (const auto& [k, v] : config_entries(cfg)) {
     seen.insert(k);
     if (may_differ_on_resume(k)) continue;
     const auto it = saved.find(k);
+    // A setting newer than the directory, left at its default, changes nothing of the run.
+    if (it == saved.end() && defaults.count(k) && defaults[k] == v) continue;
     if (it == saved.end()) diffs.push_back(k + " is not in the state directory, " + v + " now");
     else if (it->second != v) diffs.push_back(k + " is " + it->second + " in the state directory, " + v + " now");
   }

@@ -55,6 +55,10 @@ using SaveHook = std::function<void(std::string_view stage)>;
 Status save_checkpoint(const std::string& path, const ParamLayout& layout, const FragmentPlan& plan,
                        const Checkpoint& cp, const SaveHook& hook = {});
 
+/// The bytes save_checkpoint writes, in memory (what a leading syncer replica sends its
+/// followers); the same refusals.
+Expected<std::string> encode_checkpoint(const ParamLayout& layout, const FragmentPlan& plan, const Checkpoint& cp);
+
 struct LoadOptions {
   bool islands = true;  // also load island states (false: global state only)
 };

@@ -163,6 +163,18 @@ struct NetConfig {
   double handshake_ms = 5000.0;           // a connection that has not proven its identity by then is closed
   int pending_per_address = 32;           // connections still in their handshake from one address
   int pending_total = 256;                // ... and from all addresses together
+  // Syncer replicas ([[syncers]]): leadership through etcd's v3 lease and election API.
+  std::string etcd = "http://127.0.0.1:2379";  // etcd's HTTP/JSON gateway (only with [[syncers]])
+  std::string election = "diloco";             // the election's name in etcd (one per run)
+  double lease_ms = 3000.0;                    // the leader's etcd lease: a dead leader is replaced this long after
+  bool replicate_before_broadcast = true;      // a commit reaches islands once a majority of replicas holds it
+};
+
+/// One syncer replica of a replicated syncer ([[syncers]] tables): its name (its certificate's
+/// CN / subjectAltName) and the address it serves sites on while it leads.
+struct SyncerReplicaSpec {
+  std::string name;
+  std::string address;
 };
 
 /// Emulated WAN between every island and the syncer (both directions alike), or none.
@@ -190,6 +202,7 @@ struct RunConfig {
   std::vector<FaultSpec> faults;  // [[faults]] tables
   WanConfig wan;
   std::vector<SiteSpec> sites;    // [[sites]] tables
+  std::vector<SyncerReplicaSpec> syncers;  // [[syncers]] tables: a replicated syncer (empty: one syncer at net.listen)
   NetConfig net;
   ChaosConfig chaos;
 };
@@ -202,6 +215,8 @@ int site_of(const RunConfig& cfg, int island);
 std::string site_name(const RunConfig& cfg, int site);
 /// The site index of a name, or -1.
 int site_index(const RunConfig& cfg, const std::string& name);
+/// Index of the [[syncers]] replica called `name`, or -1.
+int replica_index(const RunConfig& cfg, const std::string& name);
 /// The islands of a site, in order.
 std::vector<int> islands_of_site(const RunConfig& cfg, int site);
 

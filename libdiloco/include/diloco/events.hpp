@@ -37,6 +37,7 @@ struct Event {
   int chip = -1;                   // fault: the chip killed, if any
   long step = 0;                   // the island's local step
   std::uint64_t round = 0;         // commit: the new round; join/heal/rejoin: the island's base; restore/snapshot: global
+  std::uint64_t held_round = 0;    // rejoin: the base round the island held before (a restarted syncer may hold less)
   int fragment = -1;               // commit, diverged: the fragment concerned
   int chips = 0;                   // step: chips that answered
   int merged = 0;                  // commit: contributions merged

@@ -38,6 +38,15 @@ struct DoorOptions {
   /// certificate's CN). site: the syncer's name (the certificate's subjectAltName, else CN,
   /// checked by OpenSSL's host-name verification).
   std::vector<std::string> peers;
+  /// site role, a replicated syncer: the replicas to dial instead of `forward`, each with the
+  /// name its certificate must carry. A connection goes to the replica the last one reached; one
+  /// that cannot connect, or whose TLS handshake fails, moves the door on to the next (only the
+  /// leader listens, so the door finds it).
+  struct Target {
+    Endpoint at;
+    std::string name;
+  };
+  std::vector<Target> targets;
   /// Connections still in their handshake (syncer role): per address, in all, and how long.
   DoorAdmission::Limits admission;
   /// Proven connections one peer identity may hold at once (further ones are refused).

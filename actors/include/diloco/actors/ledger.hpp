@@ -75,7 +75,16 @@ struct SyncerRecord {
   /// immutable snapshot published by a pointer swap, so a syncer restarted in this process
   /// resumes from its last commit and loses no round. Null before the first one.
   std::shared_ptr<const Checkpoint> snapshot() const;
-  void keep_snapshot(std::shared_ptr<const Checkpoint> cp);
+  /// Returns the snapshot's generation (how many were kept so far, this one included).
+  std::uint64_t keep_snapshot(std::shared_ptr<const Checkpoint> cp);
+  /// The snapshot with how many were kept so far (its generation; 0: none) and the global
+  /// round when it was kept: what a follower replica is sent.
+  struct Held {
+    std::shared_ptr<const Checkpoint> snapshot;
+    std::uint64_t generation = 0;
+    std::uint64_t round = 0;
+  };
+  Held held() const;
   /// New global parameters (`new_round`: a round the app has not seen yet).
   void publish(std::span<const float> params, std::uint64_t round, bool new_round);
   /// The newest global parameters and their round.
@@ -93,6 +102,7 @@ struct SyncerRecord {
 private:
   mutable std::mutex mu_;
   std::shared_ptr<const Checkpoint> snapshot_;
+  std::uint64_t generation_ = 0;
   std::vector<float> global_;
   std::uint64_t round_ = 0;
   std::deque<std::pair<std::uint64_t, std::vector<float>>> new_rounds_;
@@ -107,6 +117,11 @@ struct GatewayRecord {
   std::vector<std::atomic<std::uint64_t>> relay_refused;  // per site
   std::atomic<std::uint64_t> run_over_sent{0};  // RunOver frames: pushed to a session or answered to a late site
   std::vector<std::atomic<bool>> told_over;     // per site: told that the run is over
+  /// A replicated syncer's leader: followers in session, and the newest global round that a
+  /// majority of the replicas holds (the leader's own included).
+  std::atomic<int> followers{0};
+  std::atomic<std::uint64_t> majority_round{0};
+  std::atomic<std::uint64_t> majority_generation{0};  // the snapshot generation a majority holds
 };
 
 /// The ledger's figures at one moment, summed over the records (what progress lines print).

@@ -48,6 +48,7 @@ using progress_atom = caf::atom_constant<caf::atom("dl_prog")>;    // island →
 using tick_atom = caf::atom_constant<caf::atom("dl_tick")>;        // syncer → itself: grace deadline
 using repaired_atom = caf::atom_constant<caf::atom("dl_repair")>;  // unit → itself: repair time is over
 using grad_atom = caf::atom_constant<caf::atom("dl_grad")>;        // ddp: replica → parameter server: gradient frame
+using replicated_atom = caf::atom_constant<caf::atom("dl_repl")>;  // gateway → syncer: snapshot generation a majority holds
 using drain_atom = caf::atom_constant<caf::atom("dl_drain")>;    // app → island: leave gracefully (drain)
 
 /// One micro-batch for one chip. Purely in-process (island and chips share a process): the

@@ -36,10 +36,27 @@ struct SiteSession {
   std::vector<std::int64_t> steps;
   std::vector<std::int8_t> finished;  // 1: the island finished
   WireFrame over;                     // non-empty: the run is over (RunOver frame)
+  std::uint64_t term = 0;             // a replicated syncer: the leader's term (0: not replicated)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SiteSession& x) {
-  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps, x.finished, x.over);
+  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps, x.finished, x.over, x.term);
+}
+
+/// A replicated syncer: what the leader's gateway answers a follower replica that asks for the
+/// state it lacks. `generation` counts the leader's snapshots (commits and changes of who
+/// finished); `state` is the snapshot as a checkpoint file (checkpoint.hpp), empty when the
+/// follower already holds that generation.
+struct ReplicaUpdate {
+  std::uint64_t term = 0;
+  std::uint64_t generation = 0;
+  std::uint64_t round = 0;
+  WireFrame state;
+  WireFrame over;  // non-empty: the run is over (RunOver frame); the follower ends too
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaUpdate& x) {
+  return f(caf::meta::type_name("diloco.ReplicaUpdate"), x.term, x.generation, x.round, x.state, x.over);
 }
 
 /// A line for the process's timeline (who connected, was refused, was lost).
@@ -69,11 +86,17 @@ std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& synce
 struct GatewayOptions {
   std::string ca_file;
   NetLog log;
+  /// A replicated syncer's leader: its term (in every session and update) and the replicas
+  /// that may follow it (names of [[syncers]]; each proves its name as a site does).
+  std::uint64_t term = 0;
+  std::vector<std::string> replicas;
 };
 /// Spawns the gateway, the one actor a syncer process publishes. A site says hello with its
 /// certificate, signs the gateway's random challenge with the certificate's key (identity.hpp)
 /// and gets a SiteSession whose relay checks every frame's sender and island before it reaches
-/// the syncer (refusals are counted as rejected).
+/// the syncer (refusals are counted as rejected). A follower replica proves its name the same
+/// way and then pulls the leader's snapshots (ReplicaUpdate); what it acknowledged sets
+/// rt.gateway.majority_round.
 caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o);
 /// The run is over (`o`): the gateway tells every site in session now (through its relay) and
 /// answers every site that proves itself later with `o` instead of a session; each site told is
@@ -105,5 +128,21 @@ struct ConnectorOptions {
 /// the directory and reconnects with capped exponential back-off ([net] reconnect_*_ms). The
 /// islands keep training meanwhile and re-join the new relay.
 caf::actor spawn_connector(caf::actor_system& sys, std::shared_ptr<Runtime> rt, ConnectorOptions o);
+
+/// A follower replica's side: through `door` (a site-role door dialling the leader), proves
+/// that it is `name` to the leader's gateway and then pulls its snapshots; every new one is
+/// handed to `on_update` (on the calling thread). Returns when `keep_going` turns false, the
+/// connection fails (the caller looks up the leader again) or the leader says the run is over
+/// (the update with `over` is handed on first). A short description of why it returned.
+struct FollowOptions {
+  std::string name;
+  bool tls = true;
+  std::string cert_file, key_file;
+  std::function<bool()> keep_going;
+  std::function<void(ReplicaUpdate&)> on_update;
+  double poll_ms = 20.0;  // how soon to ask again when the leader had nothing new
+  NetLog log;
+};
+std::string follow_leader(caf::actor_system& sys, std::uint16_t door_port, const FollowOptions& o);
 
 }  // namespace diloco::actors

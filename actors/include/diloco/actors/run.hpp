@@ -2,6 +2,7 @@
 // it. Read by every actor; written by nobody once the supervision tree is spawned.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -52,6 +53,15 @@ struct Run {
   /// merge time is left out of the adaptive grace, so that no wall-clock reading reaches a
   /// decision and the same seed and config give the same run.
   bool simulated = false;
+  /// A replicated syncer's leader: whether it still holds its lease (LeaseHold). While it does
+  /// not, the syncer commits nothing: a deposed leader never commits next to its successor.
+  /// Empty: not replicated, always leading.
+  std::function<bool()> leading;
+  /// A replicated syncer's leader (net.replicate_before_broadcast): a commit reaches islands
+  /// (its broadcast, and any join reply that holds it) only once a majority of the replicas
+  /// holds it (the gateway tells the syncer: replicated_atom), so a failover loses no round an
+  /// island has seen.
+  bool hold_until_replicated = false;
 
   int P() const { return plan.count(); }
   /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment

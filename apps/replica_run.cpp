@@ -1,0 +1,283 @@
+// `diloco syncer CONFIG --replica NAME`: one replica of a replicated syncer ([[syncers]]).
+//
+// etcd decides who leads: every replica holds an etcd lease (net.lease_ms) and campaigns in the
+// run's election (net.election) under it. While another replica leads, this one follows it: it
+// proves its name to the leader's gateway through its own door and pulls every snapshot the
+// leader keeps (each commit), writing it crash-safe to its state file. Once elected it leads: it
+// resumes from that file as a restarted syncer would and serves sites on its [[syncers]]
+// address, with its term (etcd's revision of its candidacy) in every session. It stops serving
+// when its lease hold lapses (LeaseHold: half the lease without a renewal) and follows again.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <spdlog/spdlog.h>
+
+#include "diloco/actors/remote.hpp"
+#include "diloco/actors/run.hpp"
+#include "diloco/actors/runtime.hpp"
+#include "diloco/leadership.hpp"
+#include "diloco/run_state.hpp"
+#include "site_run.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+/// The replica's etcd lease, renewed by a thread of its own; the hold is judged on this
+/// process's clock (LeaseHold), so a replica cut off from etcd stops leading before etcd could
+/// elect another.
+class LeaseKeeper {
+public:
+  LeaseKeeper(diloco::Etcd& etcd, std::int64_t lease, double ttl_s) : etcd_(etcd), lease_(lease), hold_(ttl_s) {
+    hold_.renewed(seconds_now());  // granted just now
+    thread_ = std::thread([this] { run(); });
+  }
+  ~LeaseKeeper() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  bool holds() const {
+    std::lock_guard lk(mu_);
+    return !lost_ && hold_.valid(seconds_now());
+  }
+  bool lost() const {
+    std::lock_guard lk(mu_);
+    return lost_;
+  }
+  std::int64_t lease() const { return lease_; }
+
+private:
+  void run() {
+    while (!stop_) {
+      const double sent = seconds_now();
+      auto r = etcd_.keepalive(lease_);
+      {
+        std::lock_guard lk(mu_);
+        if (r) hold_.renewed(sent);
+        else if (r.error().reason.find("expired") != std::string::npos) lost_ = true;  // gone for good
+      }
+      if (lost_) return;
+      const auto until = Clock::now() + std::chrono::duration<double>(hold_.keepalive_period());
+      while (!stop_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  diloco::Etcd& etcd_;
+  std::int64_t lease_;
+  mutable std::mutex mu_;
+  diloco::LeaseHold hold_;
+  bool lost_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+/// Campaigns on a thread of its own (etcd's campaign blocks until elected).
+class Candidacy {
+public:
+  Candidacy(const diloco::RunConfig& cfg, std::int64_t lease, std::string name) : etcd_(cfg.net.etcd) {
+    thread_ = std::thread([this, election = cfg.net.election, lease, name] {
+      auto r = etcd_.campaign(election, lease, name, &cancel_);
+      std::lock_guard lk(mu_);
+      if (r) won_ = *r;
+      else why_ = r.error().message();
+      done_ = true;
+    });
+  }
+  ~Candidacy() {
+    cancel_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  /// Elected: the leadership; failed: why (the lease expired, etcd unreachable).
+  std::optional<diloco::Etcd::Leader> won() const {
+    std::lock_guard lk(mu_);
+    return won_;
+  }
+  std::optional<std::string> failed() const {
+    std::lock_guard lk(mu_);
+    return done_ && !won_ ? std::optional<std::string>(why_) : std::nullopt;
+  }
+
+private:
+  diloco::Etcd etcd_;
+  std::atomic<bool> cancel_{false};
+  mutable std::mutex mu_;
+  std::optional<diloco::Etcd::Leader> won_;
+  std::string why_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
+  using namespace diloco;
+  using namespace diloco::actors;
+  RunConfig cfg = cfg_in;
+  const int me = replica_index(cfg, f.replica);
+  if (me < 0) {
+    std::string known;
+    for (const auto& r : cfg.syncers) known += (known.empty() ? "" : ", ") + r.name;
+    throw ConfigError({"--replica: no replica \"" + f.replica + "\" in [[syncers]] (" +
+                       (known.empty() ? std::string("the configuration has none") : "replicas: " + known) + ")"});
+  }
+  const auto& mine = cfg.syncers[static_cast<std::size_t>(me)];
+  const std::string dir = f.state.empty() ? "diloco-state/" + mine.name : f.state;
+  auto d = open_run_state(dir, cfg, "syncer.safetensors");
+  if (!d) {
+    spdlog::error("--state {}: {}. Use another directory for this configuration", dir, d.error().message());
+    return 1;
+  }
+  cfg.syncer.checkpoint = d->state_path();
+  const std::string certs = f.certs.empty() ? cfg.net.certs : f.certs;
+  std::optional<TlsFiles> tls;
+  if (!f.insecure) tls = tls_files(certs, mine.name);
+  const double ttl = cfg.net.lease_ms / 1000.0;
+  Etcd etcd(cfg.net.etcd);
+  Run layout(cfg);  // the model's layout and fragment plan, to check what the leader sends
+  std::printf("diloco syncer replica %s (%zu replicas; leadership through etcd at %s, election \"%s\", lease %.1f s); "
+              "state file %s\n",
+              mine.name.c_str(), cfg.syncers.size(), cfg.net.etcd.c_str(), cfg.net.election.c_str(), ttl,
+              cfg.syncer.checkpoint.c_str());
+  std::fflush(stdout);
+  auto say = [&](const std::string& s) {
+    std::printf("replica %s: %s\n", mine.name.c_str(), s.c_str());
+    std::fflush(stdout);
+  };
+  std::uint64_t held_round = 0;
+  // What this replica holds, published in etcd under its lease (ELECTION.held/NAME): a replica
+  // elected while another live one holds more commits resigns (newer_replica).
+  std::uint64_t held_commits = 0;
+  if (auto cp = load_checkpoint(cfg.syncer.checkpoint, layout.layout_model->layout(), layout.plan); cp)
+    held_commits = commits_held(cp->rounds);
+  // Beside the election, not under it: every key under the election's name is a candidacy.
+  const std::string held_prefix = cfg.net.election + ".held/";
+  auto release = [&](std::int64_t lease) {
+    if (auto r = etcd.revoke(lease); !r) say("lease not revoked (it expires by itself): " + r.error().message());
+  };
+  for (int attempt = 0;; ++attempt) {
+    // A lease and a candidacy under it; while another leads, follow it.
+    auto lease = etcd.grant(ttl);
+    if (!lease) {
+      if (attempt == 0 || attempt % 10 == 0) say("cannot reach etcd: " + lease.error().message() + "; retrying");
+      if (attempt >= 60) {
+        spdlog::error("replica {}: etcd unreachable for a minute: {}", mine.name, lease.error().message());
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
+    }
+    attempt = 0;
+    LeaseKeeper keeper(etcd, *lease, ttl);
+    if (auto ok = etcd.put(held_prefix + mine.name, std::to_string(held_commits), *lease); !ok)
+      say("cannot publish what it holds: " + ok.error().message());
+    Candidacy candidacy(cfg, *lease, mine.name);
+    bool over = false;
+    std::uint64_t last_term = 0;
+    while (!candidacy.won() && !candidacy.failed() && !keeper.lost()) {
+      auto leader = etcd.leader(cfg.net.election);
+      const int at = leader && *leader ? replica_index(cfg, (*leader)->value) : -1;
+      if (at < 0 || at == me) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      const auto& them = cfg.syncers[static_cast<std::size_t>(at)];
+      if ((*leader)->term != last_term) say("follows " + them.name + " (term " + std::to_string((*leader)->term) + ")");
+      last_term = (*leader)->term;
+      // Its own actor system and door per leader: the door dials only that replica.
+      caf::actor_system_config sc;
+      configure_runtime_system(sc, 1);
+      configure_network(sc, cfg.net);
+      caf::actor_system sys(sc);
+      DoorOptions dopt;
+      dopt.role = DoorOptions::Role::site;
+      dopt.listen = Endpoint{"127.0.0.1", 0};
+      dopt.targets = {{parse_endpoint(them.address), them.name}};
+      if (tls) dopt.tls = *tls;
+      dopt.admission.handshake_s = cfg.net.handshake_ms / 1000.0;
+      auto door = Door::open(dopt);
+      FollowOptions fo;
+      fo.name = mine.name;
+      fo.tls = tls.has_value();
+      if (tls) fo.cert_file = tls->cert, fo.key_file = tls->key;
+      fo.keep_going = [&] { return !candidacy.won() && !keeper.lost(); };
+      fo.on_update = [&](ReplicaUpdate& u) {
+        if (!u.over.bytes.empty()) over = true;
+        if (u.state.bytes.empty()) return;
+        const auto* p = reinterpret_cast<const std::byte*>(u.state.bytes.data());
+        // What the leader sends is checked as any state file is before it replaces this one.
+        auto cp = parse_checkpoint({p, u.state.bytes.size()}, layout.layout_model->layout(), layout.plan);
+        if (!cp) {
+          say("refused a snapshot from the leader: " + cp.error().message());
+          return;
+        }
+        auto ok = write_file_atomically(cfg.syncer.checkpoint,
+                                        std::string_view(reinterpret_cast<const char*>(u.state.bytes.data()), u.state.bytes.size()));
+        if (!ok) {
+          say("snapshot not written: " + ok.error().message());
+          return;
+        }
+        if (u.round != held_round) say("holds round " + std::to_string(u.round) + " (term " + std::to_string(u.term) + ")");
+        held_round = u.round;
+        if (const auto n = commits_held(cp->rounds); n != held_commits) {
+          held_commits = n;
+          if (auto ok = etcd.put(held_prefix + mine.name, std::to_string(n), keeper.lease()); !ok)
+            say("cannot publish what it holds: " + ok.error().message());
+        }
+      };
+      const std::string why = follow_leader(sys, door->port(), fo);
+      if (over) {
+        say("the leader says the run is over; done");
+        release(keeper.lease());
+        return 0;
+      }
+      if (!candidacy.won()) {
+        if (why.find("cannot reach") == std::string::npos) say("stopped following " + them.name + ": " + why);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    if (auto why = candidacy.failed()) {
+      say("campaign ended: " + *why + "; campaigning again");
+      continue;
+    }
+    if (keeper.lost()) {
+      say("lost its etcd lease; campaigning again");
+      continue;
+    }
+    const auto won = *candidacy.won();
+    // Elected: lead only from the newest state a live replica holds.
+    if (auto held = etcd.list(held_prefix); held) {
+      std::vector<std::pair<std::string, std::string>> by_name;
+      for (auto& [k, v] : *held) by_name.emplace_back(k.substr(held_prefix.size()), v);
+      if (auto newer = newer_replica(held_commits, by_name, mine.name)) {
+        say("elected (term " + std::to_string(won.term) + ") but " + *newer + " holds more commits than its " +
+            std::to_string(held_commits) + "; resigns so that " + *newer + " leads");
+        release(keeper.lease());
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+    } else {
+      say("cannot read what the others hold (" + held.error().message() + "); leads from its own state");
+    }
+    say("leads (term " + std::to_string(won.term) + "), from round " + std::to_string(held_round) +
+        " held in its state file; serving on " + mine.address);
+    Leadership lead;
+    lead.term = won.term;
+    lead.name = mine.name;
+    lead.holds = [&keeper] { return keeper.holds(); };
+    NetFlags lf = f;
+    lf.endpoint = mine.address;
+    const int code = run_syncer_process(cfg, lf, &lead);
+    if (code != kDeposed) {
+      release(keeper.lease());  // the next replica need not wait out the lease
+      return code;
+    }
+    // Deposed: follow whoever leads now, from what this replica holds.
+  }
+}
