@@ -286,8 +286,10 @@ std::string follow_leader(caf::actor_system& sys, std::uint16_t door_port, const
     if (fresh || !u.over.bytes.empty()) {
       const auto g = u.generation, r = u.round;
       const bool over = !u.over.bytes.empty();
-      if (o.on_update) o.on_update(u);
-      if (fresh) generation = g, round = r;
+      // Acknowledged (by the next request) only once held: a snapshot the follower could not
+      // check or write is asked for again, never counted towards a majority.
+      const bool held = o.on_update ? o.on_update(u) : true;
+      if (fresh && held) generation = g, round = r;
       if (over) return "the run is over";
     }
     if (!fresh) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(o.poll_ms * 1000)));

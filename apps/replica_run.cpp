@@ -209,19 +209,19 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
       fo.keep_going = [&] { return !candidacy.won() && !keeper.lost(); };
       fo.on_update = [&](ReplicaUpdate& u) {
         if (!u.over.bytes.empty()) over = true;
-        if (u.state.bytes.empty()) return;
+        if (u.state.bytes.empty()) return true;
         const auto* p = reinterpret_cast<const std::byte*>(u.state.bytes.data());
         // What the leader sends is checked as any state file is before it replaces this one.
         auto cp = parse_checkpoint({p, u.state.bytes.size()}, layout.layout_model->layout(), layout.plan);
         if (!cp) {
           say("refused a snapshot from the leader: " + cp.error().message());
-          return;
+          return false;
         }
         auto ok = write_file_atomically(cfg.syncer.checkpoint,
                                         std::string_view(reinterpret_cast<const char*>(u.state.bytes.data()), u.state.bytes.size()));
         if (!ok) {
           say("snapshot not written: " + ok.error().message());
-          return;
+          return false;
         }
         if (u.round != held_round) say("holds round " + std::to_string(u.round) + " (term " + std::to_string(u.term) + ")");
         held_round = u.round;
@@ -230,6 +230,7 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
           if (auto ok = etcd.put(held_prefix + mine.name, std::to_string(n), keeper.lease()); !ok)
             say("cannot publish what it holds: " + ok.error().message());
         }
+        return true;
       };
       const std::string why = follow_leader(sys, door->port(), fo);
       if (over) {

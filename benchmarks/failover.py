@@ -13,7 +13,8 @@ of each. The killed replica is started again 2 s after each kill and follows the
 Targets (issue "No single point of failure"): 0 committed rounds lost, goodput >= 98% of the
 undisturbed run. Prints a table and ONE JSON object as its last line.
 
-usage: failover.py DILOCO SOURCE_DIR [--steps 400] [--every 20] [--lease-ms 3000]
+usage: failover.py DILOCO SOURCE_DIR [--steps 400] [--every 20] [--lease-ms 3000] [--no-baseline]
+(FAILOVER_LOGS=DIR keeps every process's output there)
 """
 import json
 import os
@@ -127,13 +128,17 @@ def run(label, kill_every):
         heard = [int(mm.group(1)) for s in sites for _, mm in s.matches(r"re-joined the syncer \(base round \d+, it held (\d+)\)", k["at"])[:1]]
         k["islands_heard"] = max(heard) if heard else k["resumed_round"]
         k["lost_rounds"] = max(0, k["islands_heard"] - k["resumed_round"])
+    if os.environ.get("FAILOVER_LOGS"):  # every process's output, for a closer look
+        with open(os.path.join(os.environ["FAILOVER_LOGS"], f"{label}.log"), "w") as out:
+            for p in procs:
+                out.write(f"---- {p.name}\n{p.text()}\n")
     for p in procs:
         if p.p.poll() is None:
             p.p.kill()
     return {"wall_s": wall, "final_eval_loss": final, "rounds": rounds, "kills": kills}
 
 
-base = run("undisturbed", 0)
+base = run("undisturbed", 0) if "--no-baseline" not in args else {"wall_s": float("nan"), "final_eval_loss": float("nan"), "rounds": 0}
 hit = run("failover", EVERY)
 subprocess.run([sys.executable, FIXTURE, "stop", ETCD_DIR], stdout=subprocess.DEVNULL)
 to_commit = [k["to_commit_s"] for k in hit["kills"] if k["to_commit_s"] is not None]

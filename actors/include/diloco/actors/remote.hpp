@@ -139,7 +139,9 @@ struct FollowOptions {
   bool tls = true;
   std::string cert_file, key_file;
   std::function<bool()> keep_going;
-  std::function<void(ReplicaUpdate&)> on_update;
+  /// Takes an update; returns whether the follower now holds its state (written where it keeps
+  /// it). Only a held snapshot is acknowledged to the leader.
+  std::function<bool(ReplicaUpdate&)> on_update;
   double poll_ms = 20.0;  // how soon to ask again when the leader had nothing new
   NetLog log;
 };
