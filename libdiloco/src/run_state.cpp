@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 namespace diloco {
 
 namespace {
@@ -86,7 +88,16 @@ Expected<RunStateDir> open_run_state(const std::string& dir, const RunConfig& cf
   if (std::filesystem::exists(d.state_path(), ec))
     return Error{errc::checkpoint_mismatch, d.state_path() + " has no manifest (" + d.manifest_path() +
                                                 "): not a run state directory this build wrote"};
-  if (auto ok = write_file_atomically(d.manifest_path(), run_manifest(cfg)); !ok) return ok.error();
+  // Processes started together on one directory (a syncer and its sites, replicas) may all find
+  // no manifest: each writes its own copy and links it in place, which only the first can do
+  // (link fails if the name exists); the others then check the one that is there.
+  const std::string mine = d.manifest_path() + "." + std::to_string(::getpid()) + ".new";
+  if (auto ok = write_file_atomically(mine, run_manifest(cfg)); !ok) return ok.error();
+  std::filesystem::create_hard_link(mine, d.manifest_path(), ec);
+  std::error_code ignored;
+  std::filesystem::remove(mine, ignored);
+  if (ec == std::errc::file_exists) return open_run_state(dir, cfg, file);
+  if (ec) return Error{errc::io_error, "cannot create " + d.manifest_path() + ": " + ec.message()};
   return d;
 }
 
