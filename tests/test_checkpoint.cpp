@@ -423,6 +423,34 @@ BOOST_AUTO_TEST_CASE(a_state_directory_resumes_only_under_the_configuration_it_w
   BOOST_TEST(why.find("run.toml") != std::string::npos, why);
 }
 
+BOOST_AUTO_TEST_CASE(processes_started_together_on_a_fresh_state_directory_all_open_it) {
+  // A syncer and its sites (or replicas) started at once on one directory all find no manifest;
+  // every one must open it, and the manifest must be whole.
+  TempDir t;
+  const auto cfg = parse_config("[train]\nH = 25\n");
+  for (int trial = 0; trial < 10; ++trial) {
+    const std::string dir = t.file(("together-" + std::to_string(trial)).c_str());
+    const auto go = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+    std::vector<pid_t> children;
+    for (int k = 0; k < 4; ++k) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        while (std::chrono::steady_clock::now() < go) {
+        }
+        _exit(open_run_state(dir, cfg, "sites/s" + std::to_string(k) + ".safetensors").has_value() ? 0 : 1);
+      }
+      children.push_back(pid);
+    }
+    for (pid_t pid : children) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    }
+    BOOST_TEST(open_run_state(dir, cfg).has_value());  // the manifest is whole and this run's
+    for (const auto& e : fs::directory_iterator(dir)) BOOST_TEST(e.path().filename().string().find(".new") == std::string::npos);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_state_directory_of_another_format_or_without_a_manifest_is_refused) {
   TempDir t;
   const auto cfg = parse_config("");

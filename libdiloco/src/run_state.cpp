@@ -1,5 +1,6 @@
 #include "diloco/run_state.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -91,7 +92,8 @@ Expected<RunStateDir> open_run_state(const std::string& dir, const RunConfig& cf
   // Processes started together on one directory (a syncer and its sites, replicas) may all find
   // no manifest: each writes its own copy and links it in place, which only the first can do
   // (link fails if the name exists); the others then check the one that is there.
-  const std::string mine = d.manifest_path() + "." + std::to_string(::getpid()) + ".new";
+  static std::atomic<unsigned> calls{0};
+  const std::string mine = d.manifest_path() + "." + std::to_string(::getpid()) + "." + std::to_string(calls++) + ".new";
   if (auto ok = write_file_atomically(mine, run_manifest(cfg)); !ok) return ok.error();
   std::filesystem::create_hard_link(mine, d.manifest_path(), ec);
   std::error_code ignored;
