@@ -269,10 +269,14 @@ std::string follow_leader(caf::actor_system& sys, std::uint16_t door_port, const
   if (!ended.empty()) return "proof refused: " + ended;
   log("following the leader (term " + std::to_string(term) + ")");
   std::uint64_t generation = 0, round = 0;
-  const auto timeout = std::chrono::milliseconds(static_cast<long>(std::max(1000.0, o.poll_ms * 50)));
+  // The leader answers at once; a dead or paused one is noticed when an answer is this late. A
+  // snapshot of a large model takes longer to cross: the bound grows with the last one's size
+  // (at 10 MB/s).
+  std::size_t last_bytes = 0;
   while (!o.keep_going || o.keep_going()) {
     ReplicaUpdate u;
     bool got = false;
+    const auto timeout = std::chrono::milliseconds(2000 + static_cast<long>(last_bytes / 10000));
     self->request(*gw, timeout, replica_atom::value, generation, round)
         .receive(
             [&](ReplicaUpdate& x) {
@@ -283,6 +287,7 @@ std::string follow_leader(caf::actor_system& sys, std::uint16_t door_port, const
     if (!got) return "the leader stopped answering: " + ended;
     if (u.term != term) return "the leader's term changed from " + std::to_string(term) + " to " + std::to_string(u.term);
     const bool fresh = !u.state.bytes.empty();
+    if (fresh) last_bytes = u.state.bytes.size();
     if (fresh || !u.over.bytes.empty()) {
       const auto g = u.generation, r = u.round;
       const bool over = !u.over.bytes.empty();
@@ -291,6 +296,7 @@ std::string follow_leader(caf::actor_system& sys, std::uint16_t door_port, const
       const bool held = o.on_update ? o.on_update(u) : true;
       if (fresh && held) generation = g, round = r;
       if (over) return "the run is over";
+      if (fresh && !held) std::this_thread::sleep_for(std::chrono::seconds(1));  // not at the leader's full speed
     }
     if (!fresh) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(o.poll_ms * 1000)));
   }

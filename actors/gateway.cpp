@@ -257,6 +257,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
           told(site, "joined after the run ended, told");
           return s;
         }
+        if (rt->leading && !rt->leading())  // a deposed leader serves nobody (the app closes its door)
+          return refuse("site '" + x.site + "' refused: this replica no longer leads (term " + std::to_string(o.term) + ")");
         auto syncer = rt->dir.syncer();
         if (!syncer) return caf::make_error(caf::sec::request_receiver_down, "the syncer is restarting");
         auto& relay = self->state.sessions[site];
@@ -306,7 +308,10 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         for (auto f = fs.begin(); f != fs.end();)  // a replica's new session replaces its old one
           f = f->second.name == x.site ? fs.erase(f) : std::next(f);
         if (fs.size() >= o.replicas.size()) return refuse("too many follower sessions");
-        fs[addr] = Follower{x.site, 0, detail::now_s(self)};
+        Follower f;
+        f.name = x.site;
+        f.last_heard = detail::now_s(self);
+        fs[addr] = f;  // holds nothing until its first request says what it holds
         rt->gateway.followers = static_cast<int>(fs.size());
         if (o.log) o.log("replica " + x.site + " follows (term " + std::to_string(o.term) + ")");
         return o.term;
@@ -316,6 +321,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         auto it = self->state.followers.find(addr);
         if (it == self->state.followers.end()) return refuse("state asked for by an unproven replica");
         auto& st = self->state;
+        if (rt->leading && !rt->leading()) return refuse("state asked of a replica that no longer leads");
         const auto held = rt->syncer.held();
         // What it asks for after an update is what it holds: its acknowledgement.
         it->second.acked_round = std::min(have_round, held.round);

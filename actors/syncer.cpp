@@ -103,10 +103,14 @@ caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, E
 }
 
 /// Sends a global frame to every registered island over its link; returns the longest delay.
+/// Islands still waiting for their welcome are left out: the join reply carries every commit.
 double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Frame& frame) {
   double t_link = 0.0;
   auto w = detail::to_wire(frame);
   for (auto& [id, a] : self->state.islands) {
+    bool welcoming = false;
+    for (const auto& [wid, who] : self->state.held_welcomes) welcoming = welcoming || (wid == id && who == a);
+    if (welcoming) continue;
     rt.syncer.bytes_down += w.bytes.size();
     t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, a, global_atom::value, w));
   }
@@ -281,7 +285,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         // A join reply carries every commit: a replicated leader sends it once a majority holds them.
-        if (replicated(st, *rt)) detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
+        if (replicated(st, *rt) && (!rt->leading || rt->leading()))
+          detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
         else st.held_welcomes.emplace_back(id, who);
       },
       [=](replicated_atom, std::uint64_t generation) {
@@ -289,6 +294,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         auto& st = self->state;
         auto from = self->current_sender();
         if (!from || from->node() != self->node() || generation <= st.replicated) return;
+        if (rt->leading && !rt->leading()) return;  // deposed: nothing more reaches the islands
         st.replicated = std::min(generation, st.generation);
         while (!st.held_frames.empty() && st.held_frames.front().first <= st.replicated) {
           broadcast(self, *rt, st.held_frames.front().second);

@@ -36,8 +36,10 @@ double seconds_now() { return std::chrono::duration<double>(Clock::now().time_si
 /// elect another.
 class LeaseKeeper {
 public:
-  LeaseKeeper(diloco::Etcd& etcd, std::int64_t lease, double ttl_s) : etcd_(etcd), lease_(lease), hold_(ttl_s) {
-    hold_.renewed(seconds_now());  // granted just now
+  /// `asked_at`: when the grant was asked for (the lease runs from no earlier than that).
+  LeaseKeeper(diloco::Etcd& etcd, std::int64_t lease, double ttl_s, double asked_at)
+      : etcd_(etcd), lease_(lease), hold_(ttl_s) {
+    hold_.renewed(asked_at);
     thread_ = std::thread([this] { run(); });
   }
   ~LeaseKeeper() {
@@ -135,6 +137,13 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
     return 1;
   }
   cfg.syncer.checkpoint = d->state_path();
+  // The leader counts its own copy towards a majority: it writes its state file at every commit
+  // (before the commit's broadcast is released), as followers write before they acknowledge.
+  if (cfg.syncer.snapshot_every != 1) {
+    std::printf("replica %s: syncer.snapshot_every = 1 (was %ld): a replicated leader writes every commit\n",
+                mine.name.c_str(), static_cast<long>(cfg.syncer.snapshot_every));
+    cfg.syncer.snapshot_every = 1;
+  }
   const std::string certs = f.certs.empty() ? cfg.net.certs : f.certs;
   std::optional<TlsFiles> tls;
   if (!f.insecure) tls = tls_files(certs, mine.name);
@@ -161,8 +170,10 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
   auto release = [&](std::int64_t lease) {
     if (auto r = etcd.revoke(lease); !r) say("lease not revoked (it expires by itself): " + r.error().message());
   };
+  std::string last_wait_why;
   for (int attempt = 0;; ++attempt) {
     // A lease and a candidacy under it; while another leads, follow it.
+    const double asked_at = seconds_now();
     auto lease = etcd.grant(ttl);
     if (!lease) {
       if (attempt == 0 || attempt % 10 == 0) say("cannot reach etcd: " + lease.error().message() + "; retrying");
@@ -174,7 +185,7 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
       continue;
     }
     attempt = 0;
-    LeaseKeeper keeper(etcd, *lease, ttl);
+    LeaseKeeper keeper(etcd, *lease, ttl, asked_at);
     if (auto ok = etcd.put(held_prefix + mine.name, std::to_string(held_commits), *lease); !ok)
       say("cannot publish what it holds: " + ok.error().message());
     Candidacy candidacy(cfg, *lease, mine.name);
@@ -206,7 +217,9 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
       fo.name = mine.name;
       fo.tls = tls.has_value();
       if (tls) fo.cert_file = tls->cert, fo.key_file = tls->key;
-      fo.keep_going = [&] { return !candidacy.won() && !keeper.lost(); };
+      // A follower cut off from etcd stops acknowledging: its published count expires with its
+      // lease, and a majority must not count on a copy nobody can see.
+      fo.keep_going = [&] { return !candidacy.won() && keeper.holds(); };
       fo.on_update = [&](ReplicaUpdate& u) {
         if (!u.over.bytes.empty()) over = true;
         if (u.state.bytes.empty()) return true;
@@ -227,8 +240,10 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
         held_round = u.round;
         if (const auto n = commits_held(cp->rounds); n != held_commits) {
           held_commits = n;
-          if (auto ok = etcd.put(held_prefix + mine.name, std::to_string(n), keeper.lease()); !ok)
+          if (auto ok = etcd.put(held_prefix + mine.name, std::to_string(n), keeper.lease()); !ok) {
             say("cannot publish what it holds: " + ok.error().message());
+            return false;  // not acknowledged: an elected replica would not see this copy
+          }
         }
         return true;
       };
@@ -245,6 +260,7 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
     }
     if (auto why = candidacy.failed()) {
       say("campaign ended: " + *why + "; campaigning again");
+      release(keeper.lease());  // its candidacy, if still there, must not lead with nobody serving
       continue;
     }
     if (keeper.lost()) {
@@ -252,20 +268,30 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
       continue;
     }
     const auto won = *candidacy.won();
-    // Elected: lead only from the newest state a live replica holds.
-    if (auto held = etcd.list(held_prefix); held) {
-      std::vector<std::pair<std::string, std::string>> by_name;
-      for (auto& [k, v] : *held) by_name.emplace_back(k.substr(held_prefix.size()), v);
-      if (auto newer = newer_replica(held_commits, by_name, mine.name)) {
-        say("elected (term " + std::to_string(won.term) + ") but " + *newer + " holds more commits than its " +
-            std::to_string(held_commits) + "; resigns so that " + *newer + " leads");
-        release(keeper.lease());
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        continue;
-      }
-    } else {
-      say("cannot read what the others hold (" + held.error().message() + "); leads from its own state");
+    // Elected: lead only from the newest state a live replica holds, and only seeing what enough
+    // others hold that every majority includes one of them (⌊n/2⌋ others): a round any majority
+    // held is then in sight.
+    auto held = etcd.list(held_prefix);
+    std::vector<std::pair<std::string, std::string>> by_name;
+    if (held)
+      for (auto& [k, v] : *held)
+        if (k.substr(held_prefix.size()) != mine.name) by_name.emplace_back(k.substr(held_prefix.size()), v);
+    const std::size_t needed = cfg.syncers.size() / 2;
+    std::optional<std::string> wait_why;
+    if (!held) wait_why = "cannot read what the others hold (" + held.error().message() + ")";
+    else if (by_name.size() < needed)
+      wait_why = "sees what " + std::to_string(by_name.size()) + " other replica(s) hold, needs " + std::to_string(needed);
+    else if (auto newer = newer_replica(held_commits, by_name, mine.name))
+      wait_why = *newer + " holds more commits than its " + std::to_string(held_commits);
+    if (wait_why) {
+      if (*wait_why != last_wait_why)  // said once per reason, not at every election
+        say("elected (term " + std::to_string(won.term) + ") but " + *wait_why + "; resigns and campaigns again");
+      last_wait_why = *wait_why;
+      release(keeper.lease());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
     }
+    last_wait_why.clear();
     say("leads (term " + std::to_string(won.term) + "), from round " + std::to_string(held_round) +
         " held in its state file; serving on " + mine.address);
     Leadership lead;
@@ -275,10 +301,11 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
     NetFlags lf = f;
     lf.endpoint = mine.address;
     const int code = run_syncer_process(cfg, lf, &lead);
-    if (code != kDeposed) {
-      release(keeper.lease());  // the next replica need not wait out the lease
-      return code;
-    }
-    // Deposed: follow whoever leads now, from what this replica holds.
+    release(keeper.lease());  // the next replica need not wait out the lease
+    if (code != kDeposed) return code;
+    // Deposed: follow whoever leads now, from what this replica holds (its state file, written at
+    // every commit while it led).
+    if (auto cp = load_checkpoint(cfg.syncer.checkpoint, layout.layout_model->layout(), layout.plan); cp)
+      held_commits = commits_held(cp->rounds);
   }
 }

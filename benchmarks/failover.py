@@ -65,12 +65,16 @@ def run(label, kill_every):
         return Proc(f"{label}-{name}-{n}", cwd=WORK, args=[DILOCO, "syncer", CONFIG, "--replica", name, "--certs", certs,
                                                           "--state", os.path.join(state, name)] + sets)
 
-    live = {"syncer-a": replica("syncer-a")}
-    live["syncer-a"].wait_for(LEADS, 60)
-    for r in REPLICAS[1:]:
-        live[r] = replica(r)
-    for r in REPLICAS[1:]:
-        live[r].wait_for(r"follows syncer-a", 60)
+    live = {r: replica(r) for r in REPLICAS}  # together: none leads alone
+    start = now()
+    while not any(p.matches(LEADS) for p in live.values()):
+        if now() - start > 60:
+            fail(f"{label}: no replica leads")
+        time.sleep(0.05)
+    first = next(n for n, p in live.items() if p.matches(LEADS))
+    for n, p in live.items():
+        if n != first:
+            p.wait_for(r"follows " + first, 60)
     t0 = now()
     sites = [Proc(f"{label}-{s}", cwd=WORK, args=[DILOCO, "site", CONFIG, "--site", s, "--certs", certs] + sets)
              for s in SITES]

@@ -3,12 +3,13 @@
 goes on (configs/replicas.toml, three replicas and three sites on loopback, mutual TLS, a real
 etcd from the ctest fixture).
 
-syncer-a starts first and leads; syncer-b and syncer-c follow it and hold its commits. Once the
+The three start together; one leads, the other two follow it and hold its commits. Once the
 sites have trained a few rounds, the leader is killed with SIGKILL: etcd elects another replica
 after the lease, which resumes from the last commit it holds, and the sites move to it without
 restarting. No round any island had heard of is lost (the base round each island held when it
 re-joined, against the round the new leader resumed at). The killed replica is started again and
-follows; then the second leader is killed too, and a third term begins. The third leader is then
+follows; then the second leader is killed too, and a third term begins (it comes back as a
+follower as well: a replica leads only while it sees a majority of them). The third leader is then
 paused with SIGSTOP past its lease: a fourth term begins, and the paused one, woken, finds its
 lease gone, stops serving without committing again and follows. The run finishes: every site
 exits 0, the last leader ends the run, the other replica ends with it. Rounds never go back
@@ -74,11 +75,14 @@ def held(p):
     return [int(m.group(1)) for _, m in p.matches(r"holds round (\d+) \(term")]
 
 
-a = replica("syncer-a")
-term1 = int(a.wait_for(LEADS, 60).group(1))
-b, c = replica("syncer-b"), replica("syncer-c")
+# All three start together: a replica leads only seeing what a majority holds, so none leads alone.
+first = [replica(r) for r in REPLICAS]
+wait_until("a leader", lambda: any(p.matches(LEADS) for p in first), first, 60)
+a = next(p for p in first if p.matches(LEADS))
+term1 = int(a.matches(LEADS)[0][1].group(1))
+b, c = [p for p in first if p is not a]
 for f in (b, c):
-    f.wait_for(r"follows syncer-a \(term %d\)" % term1, 60)
+    f.wait_for(r"follows %s \(term %d\)" % (a.name, term1), 60)
 sites = [site(n) for n in SITES]
 wait_until("round 4 committed and held by both followers",
            lambda: commits(a) and max(commits(a)) >= 4 and all(held(f) and max(held(f)) >= 3 for f in (b, c)),
@@ -86,7 +90,7 @@ wait_until("round 4 committed and held by both followers",
 time.sleep(0.5)
 os.kill(a.p.pid, signal.SIGKILL)
 a.p.wait()
-print(f"{now():7.2f}s kill -9 of the leader syncer-a (term {term1}); followers held rounds {max(held(b))} and "
+print(f"{now():7.2f}s kill -9 of the leader {a.name} (term {term1}); followers held rounds {max(held(b))} and "
       f"{max(held(c))}")
 
 
@@ -123,7 +127,7 @@ if restored < from2:
 if lost1 > 0:
     fail(f"{lost1} rounds the islands had heard of were lost on failover (a commit reaches them once replicated)")
 # The killed replica comes back as a follower of the new leader.
-a2 = replica("syncer-a", "syncer-a-2")
+a2 = replica(a.name, a.name + "-2")
 a2.wait_for(r"follows %s \(term %d\)" % (replica_name(l2), term2), 60)
 wait_until("more rounds under the second leader",
            lambda: [r for r in commits(l2) if r > restored + 3], [l2] + sites, 90)
@@ -143,12 +147,15 @@ print(f"{now():7.2f}s {l3.name} leads (term {term3}) {t_led3 - t_kill2:.2f} s af
 if restored3 < from3 or lost2 > 0:
     fail(f"{l3.name} resumed at round {restored3} (held {from3}; the islands had heard of {restored3 + lost2})")
 
+# The second killed leader comes back as a follower too: a leader needs a majority of replicas up.
+l2b = replica(replica_name(l2), replica_name(l2) + "-2")
+l2b.wait_for(r"follows %s \(term %d\)" % (replica_name(l3), term3), 60)
 # A leader paused past its lease (SIGSTOP) is replaced; woken, it finds its lease gone, stops
 # serving without committing again and follows the newer term.
 wait_until("more rounds under the third leader", lambda: [r for r in commits(l3) if r > restored3 + 2], [l3] + sites, 90)
 os.kill(l3.p.pid, signal.SIGSTOP)
 t_stop = now()
-rest = [p for p in (other, a2) if p is not l3]
+rest = [p for p in (other, a2, l2b) if p is not l3]
 l4, term4, from4, t_led4 = next_leader(rest, term3, t_stop)
 os.kill(l3.p.pid, signal.SIGCONT)
 print(f"{now():7.2f}s {l3.name} paused (SIGSTOP) past its lease: {l4.name} leads (term {term4}) "
@@ -164,7 +171,7 @@ l3, term3 = l4, term4
 for p in sites:
     if p.wait_exit(240) != 0:
         fail(f"{p.name} exited {p.p.returncode}")
-for p in (other, a2):  # the last leader, and the deposed one that follows it
+for p in (other, a2, l2b):  # the last leader, the deposed one and the other follower
     if p.wait_exit(60) != 0:
         fail(f"{p.name} exited {p.p.returncode}")
     if p is not l3:
@@ -184,7 +191,7 @@ print(f"{now():7.2f}s the run finished under term {term3}: final eval loss {fina
       f"rounds lost on failover: {lost1} and {lost2}; stale sessions refused: {stale}")
 if os.environ.get("REPLICAS_TEST_LOG"):
     with open(os.environ["REPLICAS_TEST_LOG"], "w") as out:
-        for p in [a, b, c, a2] + sites:
+        for p in [a, b, c, a2, l2b] + sites:
             out.write(f"---- {p.name}\n{p.text()}\n")
 cleanup()
 print("PASS")

@@ -42,8 +42,9 @@ private:
 
 /// Terms fence off deposed leaders. Each election's winner leads under a term that etcd makes
 /// strictly larger than every earlier one (the revision at which its candidacy was created).
-/// A site admits a session, and a follower a state update, only from a term no older than the
-/// newest it has seen; anything older comes from a leader that has been replaced.
+/// A site admits a session only from a term no older than the newest it has seen; anything
+/// older comes from a leader that has been replaced. (A follower serves one leader, one term, at
+/// a time: follow_leader ends when the term it follows changes.)
 class TermFence {
 public:
   /// True, and `term` becomes the newest seen, unless `term` is older than the newest.
@@ -60,7 +61,8 @@ private:
 
 /// The newest round that a majority of `replicas` holds: the leader holds `leader_round`, each
 /// follower the round it acknowledged last (`acks`, one per follower heard of). A round held by
-/// a majority survives the loss of any minority, leader included.
+/// a majority survives the loss of any minority, leader included, as long as each holds it on
+/// disk (followers write before they acknowledge; a replicated leader writes every commit).
 std::uint64_t majority_round(std::uint64_t leader_round, std::vector<std::uint64_t> acks, std::size_t replicas);
 
 /// How far a syncer state has come: its commits, the sum of its fragments' rounds (every commit
