@@ -162,11 +162,18 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
   std::uint64_t held_round = 0;
   // What this replica holds, published in etcd under its lease (ELECTION.held/NAME): a replica
   // elected while another live one holds more commits resigns (newer_replica).
-  std::uint64_t held_commits = 0;
-  if (auto cp = load_checkpoint(cfg.syncer.checkpoint, layout.layout_model->layout(), layout.plan); cp)
-    held_commits = commits_held(cp->rounds);
+  auto held_in_state_file = [&]() -> std::uint64_t {
+    auto cp = load_checkpoint(cfg.syncer.checkpoint, layout.layout_model->layout(), layout.plan);
+    return cp ? commits_held(cp->rounds) : 0;
+  };
+  std::uint64_t held_commits = held_in_state_file();
   // Beside the election, not under it: every key under the election's name is a candidacy.
   const std::string held_prefix = cfg.net.election + ".held/";
+  auto publish = [&](std::uint64_t n, std::int64_t lease) {
+    auto ok = etcd.put(held_prefix + mine.name, std::to_string(n), lease);
+    if (!ok) say("cannot publish what it holds: " + ok.error().message());
+    return ok.has_value();
+  };
   auto release = [&](std::int64_t lease) {
     if (auto r = etcd.revoke(lease); !r) say("lease not revoked (it expires by itself): " + r.error().message());
   };
@@ -186,8 +193,7 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
     }
     attempt = 0;
     LeaseKeeper keeper(etcd, *lease, ttl, asked_at);
-    if (auto ok = etcd.put(held_prefix + mine.name, std::to_string(held_commits), *lease); !ok)
-      say("cannot publish what it holds: " + ok.error().message());
+    publish(held_commits, *lease);
     Candidacy candidacy(cfg, *lease, mine.name);
     bool over = false;
     std::uint64_t last_term = 0;
@@ -240,10 +246,7 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
         held_round = u.round;
         if (const auto n = commits_held(cp->rounds); n != held_commits) {
           held_commits = n;
-          if (auto ok = etcd.put(held_prefix + mine.name, std::to_string(n), keeper.lease()); !ok) {
-            say("cannot publish what it holds: " + ok.error().message());
-            return false;  // not acknowledged: an elected replica would not see this copy
-          }
+          if (!publish(n, keeper.lease())) return false;  // not acknowledged: an elected replica would not see this copy
         }
         return true;
       };
@@ -305,7 +308,6 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
     if (code != kDeposed) return code;
     // Deposed: follow whoever leads now, from what this replica holds (its state file, written at
     // every commit while it led).
-    if (auto cp = load_checkpoint(cfg.syncer.checkpoint, layout.layout_model->layout(), layout.plan); cp)
-      held_commits = commits_held(cp->rounds);
+    if (const auto n = held_in_state_file(); n > 0) held_commits = n;  // a file it cannot read leaves the count as it was
   }
 }

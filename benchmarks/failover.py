@@ -27,7 +27,7 @@ import time
 
 DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 sys.path.insert(0, os.path.join(SRC, "tests", "scripts"))
-from harness import Proc, cleanup, fail, free_port, mkcerts, now, procs, work_dirs  # noqa: E402
+from harness import LEADS, REPLICA_SITES, REPLICAS, Proc, cleanup, fail, now, procs, replicas_run, work_dirs  # noqa: E402
 
 args = sys.argv[3:]
 
@@ -38,8 +38,7 @@ def opt(name, default):
 
 STEPS, EVERY, LEASE_MS = opt("--steps", 400), opt("--every", 20.0), opt("--lease-ms", 3000.0)
 CONFIG = os.path.join(SRC, "configs", "replicas.toml")
-REPLICAS = ("syncer-a", "syncer-b", "syncer-c")
-SITES = ("site-a", "site-b", "site-c")
+SITES = REPLICA_SITES
 WORK = tempfile.mkdtemp(prefix="diloco-bench-failover-")
 work_dirs.append(WORK)
 ETCD_DIR = os.path.join(WORK, "etcd")
@@ -47,18 +46,12 @@ FIXTURE = os.path.join(SRC, "tests", "scripts", "etcd_fixture.py")
 if subprocess.run([sys.executable, FIXTURE, "start", ETCD_DIR], stdout=subprocess.DEVNULL).returncode != 0:
     sys.exit("failover: etcd did not start (scripts/setup.sh installs etcd-server)")
 ETCD = open(os.path.join(ETCD_DIR, "endpoint")).read().strip()
-certs = os.path.join(WORK, "certs")
-mkcerts(SRC, certs, *[x for r in REPLICAS for x in ("--replica", r)], *SITES)
-LEADS = r"leads \(term (\d+)\), from round (\d+)"
 
 
 def run(label, kill_every):
     del procs[:]
-    ports = {r: free_port() for r in REPLICAS}
-    syncers = ", ".join(f'{{name = "{r}", address = "127.0.0.1:{ports[r]}"}}' for r in REPLICAS)
-    sets = ["--set", f"syncers = [{syncers}]", "--set", f'net.etcd="{ETCD}"', "--set",
-            f'net.election="failover-{label}-{os.getpid()}"', "--set", f"train.steps={STEPS}", "--set",
-            f"net.lease_ms={LEASE_MS}"]
+    certs, sets = replicas_run(SRC, WORK, ETCD, f"failover-{label}-{os.getpid()}", f"train.steps={STEPS}",
+                               f"net.lease_ms={LEASE_MS}")
     state = tempfile.mkdtemp(dir=WORK)
 
     def replica(name, n=0):

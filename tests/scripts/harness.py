@@ -129,3 +129,22 @@ def run_with_http(diloco, src, *settings):
     run.wait_for(r"status page and metrics: http://127\.0\.0\.1:%d/" % port, 30)
     run.wait_for(r"^\s+1\s+[0-9.]+", 60)  # the first global round
     return run, f"http://127.0.0.1:{port}"
+
+
+REPLICAS = ("syncer-a", "syncer-b", "syncer-c")
+REPLICA_SITES = ("site-a", "site-b", "site-c")
+LEADS = r"leads \(term (\d+)\), from round (\d+)"
+
+
+def replicas_run(src, work, etcd, election, *extra):
+    """configs/replicas.toml on loopback: certificates for its three replicas (server and client)
+    and three sites in WORK/certs, free ports for the replicas, and the --set arguments every
+    process of the run takes (the replicas' addresses, etcd's URL, a fresh election, `extra`).
+    Returns (certs directory, the --set arguments)."""
+    certs = os.path.join(work, "certs")
+    mkcerts(src, certs, *[x for r in REPLICAS for x in ("--replica", r)], *REPLICA_SITES)
+    syncers = ", ".join(f'{{name = "{r}", address = "127.0.0.1:{free_port()}"}}' for r in REPLICAS)
+    sets = ["--set", f"syncers = [{syncers}]", "--set", f'net.etcd="{etcd}"', "--set", f'net.election="{election}"']
+    for e in extra:
+        sets += ["--set", e]
+    return certs, sets

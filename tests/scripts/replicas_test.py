@@ -25,24 +25,16 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Proc, cleanup, fail, free_port, mkcerts, now, work_dirs  # noqa: E402
+from harness import LEADS, REPLICA_SITES, REPLICAS, Proc, cleanup, fail, now, replicas_run, work_dirs  # noqa: E402
 
 DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 CONFIG = os.path.join(SRC, "configs", "replicas.toml")
 ETCD = open(os.environ["DILOCO_ETCD_FILE"]).read().strip()
 WORK = tempfile.mkdtemp(prefix="diloco-replicas-")
 work_dirs.append(WORK)
-certs = os.path.join(WORK, "certs")
-REPLICAS = ("syncer-a", "syncer-b", "syncer-c")
-SITES = ("site-a", "site-b", "site-c")
-mkcerts(SRC, certs, "--replica", "syncer-a", "--replica", "syncer-b", "--replica", "syncer-c", *SITES)
-ports = {r: free_port() for r in REPLICAS}
-syncers = ", ".join(f'{{name = "{r}", address = "127.0.0.1:{ports[r]}"}}' for r in REPLICAS)
-SET = ["--set", f"syncers = [{syncers}]", "--set", f'net.etcd="{ETCD}"',
-       "--set", f'net.election="replicas-test-{os.getpid()}"', "--set", "train.steps=500",
-       "--set", "syncer.snapshot_every=1"]
+SITES = REPLICA_SITES
+certs, SET = replicas_run(SRC, WORK, ETCD, f"replicas-test-{os.getpid()}", "train.steps=500", "syncer.snapshot_every=1")
 COMMIT = r"commit round (\d+) fragment"
-LEADS = r"leads \(term (\d+)\), from round (\d+)"
 
 
 def replica(name, label=None):
