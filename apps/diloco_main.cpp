@@ -173,6 +173,9 @@ int main(int argc, char** argv) {
   diloco::app::register_torchscript_on_demand();  // model.kind = "torchscript", libtorch loaded on first use
 #endif
   diloco::keep_large_buffers_in_heap();
+  // One line at a time, also into a pipe or a file: a log followed live (tail -f, a supervisor)
+  // shows each event when it happens, not when a buffer fills.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // Logs go to stderr, so that stdout holds only what a command reports (the round table).
   spdlog::set_default_logger(spdlog::stderr_color_mt("diloco"));
   CLI::App app{"diloco: fault-tolerant, low-communication distributed training"};

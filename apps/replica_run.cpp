@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -178,26 +179,37 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
     if (auto r = etcd.revoke(lease); !r) say("lease not revoked (it expires by itself): " + r.error().message());
   };
   std::string last_wait_why;
+  // The lease outlives a resignation: what this replica holds stays visible while another
+  // candidate is elected and looks (two replicas resigning in turn, each revoking its lease and
+  // with it its count, would each find nobody beside it, for ever).
+  std::unique_ptr<LeaseKeeper> keeper;
+  auto drop_lease = [&] {
+    if (keeper) release(keeper->lease());
+    keeper.reset();
+  };
   for (int attempt = 0;; ++attempt) {
     // A lease and a candidacy under it; while another leads, follow it.
-    const double asked_at = seconds_now();
-    auto lease = etcd.grant(ttl);
-    if (!lease) {
-      if (attempt == 0 || attempt % 10 == 0) say("cannot reach etcd: " + lease.error().message() + "; retrying");
-      if (attempt >= 60) {
-        spdlog::error("replica {}: etcd unreachable for a minute: {}", mine.name, lease.error().message());
-        return 1;
+    if (!keeper || keeper->lost()) {
+      keeper.reset();
+      const double asked_at = seconds_now();
+      auto lease = etcd.grant(ttl);
+      if (!lease) {
+        if (attempt == 0 || attempt % 10 == 0) say("cannot reach etcd: " + lease.error().message() + "; retrying");
+        if (attempt >= 60) {
+          spdlog::error("replica {}: etcd unreachable for a minute: {}", mine.name, lease.error().message());
+          return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;
       }
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-      continue;
+      keeper = std::make_unique<LeaseKeeper>(etcd, *lease, ttl, asked_at);
+      publish(held_commits, *lease);
     }
     attempt = 0;
-    LeaseKeeper keeper(etcd, *lease, ttl, asked_at);
-    publish(held_commits, *lease);
-    Candidacy candidacy(cfg, *lease, mine.name);
+    Candidacy candidacy(cfg, keeper->lease(), mine.name);
     bool over = false;
     std::uint64_t last_term = 0;
-    while (!candidacy.won() && !candidacy.failed() && !keeper.lost()) {
+    while (!candidacy.won() && !candidacy.failed() && !keeper->lost()) {
       auto leader = etcd.leader(cfg.net.election);
       const int at = leader && *leader ? replica_index(cfg, (*leader)->value) : -1;
       if (at < 0 || at == me) {
@@ -225,7 +237,7 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
       if (tls) fo.cert_file = tls->cert, fo.key_file = tls->key;
       // A follower cut off from etcd stops acknowledging: its published count expires with its
       // lease, and a majority must not count on a copy nobody can see.
-      fo.keep_going = [&] { return !candidacy.won() && keeper.holds(); };
+      fo.keep_going = [&] { return !candidacy.won() && keeper->holds(); };
       fo.on_update = [&](ReplicaUpdate& u) {
         if (!u.over.bytes.empty()) over = true;
         if (u.state.bytes.empty()) return true;
@@ -246,14 +258,14 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
         held_round = u.round;
         if (const auto n = commits_held(cp->rounds); n != held_commits) {
           held_commits = n;
-          if (!publish(n, keeper.lease())) return false;  // not acknowledged: an elected replica would not see this copy
+          if (!publish(n, keeper->lease())) return false;  // not acknowledged: an elected replica would not see this copy
         }
         return true;
       };
       const std::string why = follow_leader(sys, door->port(), fo);
       if (over) {
         say("the leader says the run is over; done");
-        release(keeper.lease());
+        drop_lease();
         return 0;
       }
       if (!candidacy.won()) {
@@ -263,10 +275,10 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
     }
     if (auto why = candidacy.failed()) {
       say("campaign ended: " + *why + "; campaigning again");
-      release(keeper.lease());  // its candidacy, if still there, must not lead with nobody serving
+      drop_lease();  // its candidacy, if still there, must not lead with nobody serving
       continue;
     }
-    if (keeper.lost()) {
+    if (keeper->lost()) {
       say("lost its etcd lease; campaigning again");
       continue;
     }
@@ -290,7 +302,11 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
       if (*wait_why != last_wait_why)  // said once per reason, not at every election
         say("elected (term " + std::to_string(won.term) + ") but " + *wait_why + "; resigns and campaigns again");
       last_wait_why = *wait_why;
-      release(keeper.lease());
+      // Resigning deletes the candidacy alone; the count published under the lease stays.
+      if (auto r = etcd.resign(won); !r) {
+        say("cannot resign (" + r.error().message() + "); gives up its lease instead");
+        drop_lease();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       continue;
     }
@@ -300,11 +316,11 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
     Leadership lead;
     lead.term = won.term;
     lead.name = mine.name;
-    lead.holds = [&keeper] { return keeper.holds(); };
+    lead.holds = [k = keeper.get()] { return k->holds(); };
     NetFlags lf = f;
     lf.endpoint = mine.address;
     const int code = run_syncer_process(cfg, lf, &lead);
-    release(keeper.lease());  // the next replica need not wait out the lease
+    drop_lease();  // the next replica need not wait out the lease
     if (code != kDeposed) return code;
     // Deposed: follow whoever leads now, from what this replica holds (its state file, written at
     // every commit while it led).

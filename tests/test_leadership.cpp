@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "diloco/leadership.hpp"
 
@@ -163,6 +165,66 @@ BOOST_AUTO_TEST_CASE(keys_put_under_a_lease_are_listed_and_go_with_it) {
   BOOST_REQUIRE(after);
   BOOST_REQUIRE(after->size() == 1u);  // syncer-b's key went with its lease
   BOOST_TEST((*after)[0].first == prefix + "syncer-a");
+}
+
+// An elected replica behind another resigns; the other is elected next and must still see the
+// resigned one's count (its lease and key live on), else each would find nobody beside it and
+// resign in turn for ever.
+BOOST_AUTO_TEST_CASE(a_resigned_candidate_keeps_its_count_visible_and_the_next_is_elected) {
+  Etcd etcd(etcd_endpoint());
+  const std::string election = "test-resign-" + std::to_string(std::random_device{}());
+  const std::string held = election + ".held/";
+  auto a = etcd.grant(5.0), b = etcd.grant(5.0);
+  BOOST_REQUIRE(a);
+  BOOST_REQUIRE(b);
+  BOOST_REQUIRE(etcd.put(held + "syncer-a", "12", *a));
+  BOOST_REQUIRE(etcd.put(held + "syncer-b", "17", *b));
+  auto won_a = etcd.campaign(election, *a, "syncer-a");
+  BOOST_REQUIRE_MESSAGE(won_a, why(won_a));
+  std::atomic<bool> b_won{false};
+  std::optional<Etcd::Leader> b_lead;
+  std::thread t([&] {
+    Etcd other(etcd_endpoint());
+    auto r = other.campaign(election, *b, "syncer-b");
+    if (r) b_lead = *r, b_won = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  BOOST_TEST(!b_won.load());
+  // a sees b ahead of it and resigns.
+  auto seen_by_a = etcd.list(held);
+  BOOST_REQUIRE(seen_by_a);
+  std::vector<std::pair<std::string, std::string>> others_a;
+  for (auto& [k, v] : *seen_by_a)
+    if (k != held + "syncer-a") others_a.emplace_back(k.substr(held.size()), v);
+  auto ahead = newer_replica(12, others_a, "syncer-a");
+  BOOST_REQUIRE(ahead.has_value());
+  BOOST_TEST(*ahead == "syncer-b");
+  BOOST_REQUIRE(etcd.resign(*won_a));
+  for (int i = 0; i < 100 && !b_won.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  t.join();
+  BOOST_REQUIRE(b_won.load());
+  BOOST_TEST(b_lead->term > won_a->term);
+  // b, elected, sees a's count still there (a's lease was kept) and nobody newer: it leads.
+  auto seen_by_b = etcd.list(held);
+  BOOST_REQUIRE(seen_by_b);
+  BOOST_REQUIRE(seen_by_b->size() == 2u);
+  std::vector<std::pair<std::string, std::string>> others_b;
+  for (auto& [k, v] : *seen_by_b)
+    if (k != held + "syncer-b") others_b.emplace_back(k.substr(held.size()), v);
+  BOOST_TEST(!newer_replica(17, others_b, "syncer-b").has_value());
+  // a campaigns again under the same lease: it waits behind b.
+  std::atomic<bool> a_again{false};
+  std::thread t2([&] {
+    Etcd other(etcd_endpoint());
+    if (other.campaign(election, *a, "syncer-a")) a_again = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  BOOST_TEST(!a_again.load());
+  BOOST_REQUIRE(etcd.revoke(*b));
+  for (int i = 0; i < 100 && !a_again.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  t2.join();
+  BOOST_TEST(a_again.load());
+  BOOST_REQUIRE(etcd.revoke(*a));
 }
 
 BOOST_AUTO_TEST_CASE(a_campaign_is_cancelled_and_an_unreachable_etcd_is_named) {
