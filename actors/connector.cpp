@@ -90,7 +90,10 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
   // Anything else in its place is refused as a broken answer (counted in the process's gateway
   // record: a site process has no gateway of its own), and the site dials again.
   auto hear_over = [self, rt, log, o, retry](const WireFrame& w) {
-    const auto got = detail::expect_message<RunOver>(self, *rt, rt->gateway.refused, "connector " + o.site + ": run-over word", w);
+    const std::string where = "connector " + o.site + ": run-over word";
+    const auto got = detail::stale_term(self, *rt, rt->gateway.refused, where, w)
+                         ? std::nullopt
+                         : detail::expect_message<RunOver>(self, *rt, rt->gateway.refused, where, w);
     if (!got) {
       retry("a broken run-over word from the syncer");
       return;
@@ -122,7 +125,9 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
                         auto& st = self->state;
                         st.dialing = false;
                         st.failures = 0;
-                        if (!st.fence.admit(s.term)) {
+                        const bool admitted = st.fence.admit(s.term);
+                        rt->newest_term = st.fence.newest();  // frames of older terms are refused from here on
+                        if (!admitted) {
                           ++rt->gateway.refused;
                           rt->emit(Event::refused(detail::now_s(self),
                                                   "a session of term " + std::to_string(s.term) +
@@ -216,6 +221,7 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
       [=](beat_atom, const WireFrame& w) {
         auto msg = decode_message(detail::bytes_of(w));
         if (!msg || !std::holds_alternative<Heartbeat>(*msg) || std::get<Heartbeat>(*msg).sender != syncer_id) return;
+        if (!admit_term(detail::bytes_of(w), rt->newest_term.load())) return;  // a deposed leader's echo keeps nothing alive
         auto from = self->current_sender();
         if (self->state.relay && from && from->address() == self->state.relay.address())
           self->state.last_echo = detail::now_s(self);

@@ -81,6 +81,17 @@ inline void refuse(caf::event_based_actor* self, Runtime& rt, std::atomic<std::u
   rt.emit(Event::refused(now_s(self), std::move(why), std::move(reason)));
 }
 
+/// Whether a frame on path `where` comes from a deposed syncer leader: its term is older than the
+/// newest this process has heard of (Run::newest_term). Such a frame is refused (`count`, as
+/// refuse() says). A frame that does not even read as an envelope is left to its decode.
+inline bool stale_term(caf::event_based_actor* self, Runtime& rt, std::atomic<std::uint64_t>& count,
+                       const std::string& where, const WireFrame& w) {
+  auto ok = admit_term(bytes_of(w), rt.newest_term.load());
+  if (ok || ok.error().code != errc::stale_term) return false;
+  refuse(self, rt, count, where + ": " + ok.error().message(), std::string(to_string(errc::stale_term)));
+  return true;
+}
+
 /// The message `T` a frame on path `where` ("island 1: welcome") must carry; a frame that does
 /// not decode, or carries another message, is refused (`count`, as refuse() says) and gives nothing.
 template <class T>
@@ -142,7 +153,7 @@ double send_over_link(caf::event_based_actor* self, Runtime& rt, int island, boo
 /// sent to `who` over the island's link, its bytes counted and the join reported (at `round`).
 inline void welcome(caf::event_based_actor* self, Runtime& rt, int island, const caf::actor& who, const JoinReply& reply,
                     std::uint64_t round) {
-  auto w = to_wire(encode_message(reply));
+  auto w = to_wire(encode_message(reply, rt.leader_term));
   rt.syncer.bytes_down += w.bytes.size();
   rt.emit(Event::joined(now_s(self), island, round));
   send_over_link(self, rt, island, false, who, welcome_atom::value, std::move(w));

@@ -127,7 +127,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
         self->state.last_heard = detail::now_s(self);
         auto hb = std::get<Heartbeat>(*msg);
         hb.sender = syncer_id;  // echo: the site measures the round trip with its own clock
-        self->send(self->state.connector, beat_atom::value, detail::to_wire(encode_message(hb)));
+        self->send(self->state.connector, beat_atom::value, detail::to_wire(encode_message(hb, rt->leader_term)));
       },
       [=](over_atom a, const WireFrame& w) {
         // From the gateway of this process only: the run is over, the site is told.
@@ -380,9 +380,9 @@ caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ga
   return sys.spawn(gateway_actor, std::move(rt), std::move(o));
 }
 
-void tell_run_over(const caf::actor& gateway, const RunOver& o) {
+void tell_run_over(const caf::actor& gateway, const RunOver& o, std::uint64_t term) {
   caf::scoped_actor self{gateway.home_system()};
-  self->send(gateway, session::over_atom::value, detail::to_wire(encode_message(o)));
+  self->send(gateway, session::over_atom::value, detail::to_wire(encode_message(o, term)));
 }
 
 bool every_site_told(const Runtime& rt) {

@@ -269,6 +269,9 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
 /// what the island holds).
 bool take_broadcast(Self self, const WireFrame& w, bool after_next_step) {
   auto& st = self->state;
+  if (detail::stale_term(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused,
+                         "island " + std::to_string(st.island) + ": broadcast", w))
+    return false;
   auto got = st.core->adopt_frame(detail::bytes_of(w));
   if (!got && got.error().code == errc::missed_round) ask_to_join(self, after_next_step);  // missed a delta: heal
   else if (!got) detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused, "island " + std::to_string(st.island) + ": broadcast: " + got.error().message(), std::string(to_string(got.error().code)));

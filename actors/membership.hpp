@@ -119,8 +119,10 @@ template <class State>
 std::optional<JoinReply> admit_welcome(caf::stateful_actor<State>* self, const WireFrame& w) {
   auto& st = self->state;
   const int i = st.island;
-  auto reply = detail::expect_message<JoinReply>(self, *st.rt, st.rt->islands[static_cast<std::size_t>(i)].refused,
-                                                 "island " + std::to_string(i) + ": welcome", w);
+  auto& refused = st.rt->islands[static_cast<std::size_t>(i)].refused;
+  const std::string where = "island " + std::to_string(i) + ": welcome";
+  if (detail::stale_term(self, *st.rt, refused, where, w)) return std::nullopt;  // a deposed leader's
+  auto reply = detail::expect_message<JoinReply>(self, *st.rt, refused, where, w);
   if (reply) st.member.join_inflight = false;
   return reply;
 }

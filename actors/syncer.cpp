@@ -211,6 +211,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   s.quorum = c.quorum;
   s.outer = c.outer;
   s.snapshot_every = c.syncer.snapshot_every;
+  s.term = rt->leader_term;
   s.broadcast = CodecParams{*parse_encoding(c.fragments.broadcast_encoding), static_cast<std::uint32_t>(c.fragments.block_size)};
   if (rt->synchronous()) {
     // The synchronous baselines are the papers' algorithms (as in loops.cpp): every island in

@@ -158,6 +158,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   });
   if (lead) {
     rt->leading = lead->holds;
+    rt->leader_term = lead->term;
     rt->hold_until_replicated = cfg.net.replicate_before_broadcast && cfg.syncers.size() > 1;
   }
   // A state file the syncer cannot resume from is refused before anything listens (the syncer
@@ -303,7 +304,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   // The sites are told that the run is over (those in session now, the others when they come
   // back), so that none retries for ever against a syncer that is gone.
   const RunOver over = run_over_of(end);
-  tell_run_over(gateway, over);
+  tell_run_over(gateway, over, rt->leader_term);
   const auto told_all = [&] {
     linger_until_told(*rt, cfg.net);
     int sites = 0;

@@ -98,4 +98,7 @@ struct Envelope {
     heartbeat @5 :Heartbeat;
     runOver @6 :RunOver;
   }
+  term @7 :UInt64;           # a replicated syncer's frames: its leader's term (etcd revision of its
+                             # election); a site refuses frames of a term older than the newest it
+                             # has seen. 0: no replicated syncer (islands' frames, a lone syncer)
 }

@@ -215,6 +215,8 @@ at_step = 3
   BOOST_TEST(mentions(problems_of("[train]\nislands = 2\n[islands]\ncounts = [1, 0, 2]\n"), "islands.counts: 3 entries"));
   BOOST_TEST(mentions(problems_of("[train]\nislands = 2\n[islands]\ncounts = [1, 0]\n"), "islands.counts: every entry"));
   BOOST_TEST(mentions(problems_of("[train]\nmode = \"ddp\"\nbudget = \"total_tokens\"\n"), "train.budget: \"total_tokens\" is for"));
+  BOOST_TEST(mentions(problems_of("[train]\nmode = \"ddp\"\n[[syncers]]\nname = \"s1\"\naddress = \"127.0.0.1:7001\"\n"),
+                      "syncers: train.mode \"ddp\" has a parameter server, which is not replicated"));
   BOOST_TEST(mentions(problems_of("[train]\nfinal_sync_s = -1.0\n"), "train.final_sync_s: must be"));
   BOOST_TEST(mentions(problems_of("[train]\nfinal_sync_s = inf\n"), "train.final_sync_s: must be"));
 }

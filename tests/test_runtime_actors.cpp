@@ -866,3 +866,55 @@ BOOST_AUTO_TEST_CASE(a_replicated_leader_broadcasts_a_commit_only_once_a_majorit
   BOOST_TEST(w.rt->syncer.round() == commits.back().round);
   caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
 }
+
+// A site that has heard of leader term 9 (its connector admitted a session of that term) refuses
+// broadcasts and welcomes of an older term: they come from a deposed leader. Each is counted and
+// reported, nothing of it is taken, and the run goes on; the current leader's frames are taken.
+BOOST_AUTO_TEST_CASE(islands_refuse_the_frames_of_a_deposed_leaders_term) {
+  World w(small_config(2, 1, 2), [](Runtime& rt) {
+    rt.leader_term = 9;  // this process's syncer leads under term 9 and stamps its frames
+    rt.newest_term = 9;
+  });
+  w.settle();
+  w.settle(false);
+  BOOST_REQUIRE(w.of(Event::Kind::rejected).empty());  // every frame of the leader's term was taken
+  auto frames_of_term = [&](std::uint64_t term) {
+    SyncerSettings s;
+    s.islands = 2;
+    s.outer = w.rt->cfg.outer;
+    s.term = term;
+    SyncerCore core(w.rt->plan, w.rt->initial, s);
+    auto broadcast = core.global_frame(0);
+    BOOST_REQUIRE(broadcast.has_value());
+    auto wire = [](const Frame& f) {
+      WireFrame out;
+      for (auto b : f) out.bytes.push_back(static_cast<std::uint8_t>(b));
+      return out;
+    };
+    return std::make_pair(wire(*broadcast), wire(encode_message(core.join_reply(), term)));
+  };
+  const auto island = w.rt->dir.island(1);
+  const auto heals = [&] { return w.of(Event::Kind::heal).size() + w.of(Event::Kind::rejoin).size(); };
+  const auto healed_before = heals();
+  const auto [stale_broadcast, stale_welcome] = frames_of_term(7);
+  caf::anon_send(island, global_atom::value, stale_broadcast);
+  caf::anon_send(island, welcome_atom::value, stale_welcome);
+  w.sched->run();
+  const auto refused = w.of(Event::Kind::rejected);
+  BOOST_REQUIRE(refused.size() == 2u);
+  for (const auto& e : refused) {
+    BOOST_TEST(e.detail.find("stale_term: frame of term 7 from a deposed syncer leader (the newest term is 9)") !=
+               std::string::npos, e.detail);
+    BOOST_TEST(e.reason == "stale_term");
+  }
+  BOOST_TEST(w.rt->islands[1].refused.load() == 2u);
+  BOOST_TEST(heals() == healed_before);  // the stale welcome healed nobody
+  // The same frames under the current term are taken (the welcome heals island 1 once more).
+  const auto [broadcast, welcome] = frames_of_term(9);
+  caf::anon_send(island, global_atom::value, broadcast);
+  caf::anon_send(island, welcome_atom::value, welcome);
+  w.sched->run();
+  BOOST_TEST(w.of(Event::Kind::rejected).size() == 2u);
+  BOOST_TEST(heals() == healed_before + 1);
+  BOOST_TEST(!w.rt->stopped().has_value());
+}

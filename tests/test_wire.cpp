@@ -279,6 +279,38 @@ BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
   BOOST_TEST(o.reason == "island 2 reported that it diverged at step 7");
 }
 
+// A replicated syncer's leader stamps its term on every frame; a receiver that has seen a newer
+// term refuses the frame (stale_term) without reading more than its envelope.
+BOOST_AUTO_TEST_CASE(frames_carry_the_leaders_term_and_older_terms_are_refused) {
+  const Frame beat = encode_message(Heartbeat{-1, 1, 2}, 9);
+  auto t = frame_term(beat);
+  BOOST_TEST_REQUIRE(t.has_value());
+  BOOST_TEST(*t == 9u);
+  BOOST_TEST(decode_message(beat).has_value());  // the term changes nothing else
+  const Frame plain = encode_message(Heartbeat{-1, 1, 2});
+  BOOST_TEST(*frame_term(plain) == 0u);  // islands' frames and a lone syncer's carry no term
+  FragmentHeader h{FragmentKind::global_params, syncer_id, 0, 5, 0, 0};
+  auto frag = encode_fragment(h, CodecParams{}, gaussian(64, 3), 12);
+  BOOST_TEST_REQUIRE(frag.has_value());
+  BOOST_TEST(*frame_term(*frag) == 12u);
+  ErrorFeedbackEncoder ef(64, CodecParams{Encoding::int8, 32});
+  auto lossy = encode_fragment(h, ef, gaussian(64, 4), 13);
+  BOOST_TEST_REQUIRE(lossy.has_value());
+  BOOST_TEST(*frame_term(*lossy) == 13u);
+  BOOST_TEST(admit_term(beat, 0).has_value());
+  BOOST_TEST(admit_term(beat, 9).has_value());  // the newest term itself
+  auto old = admit_term(beat, 10);
+  BOOST_TEST_REQUIRE(!old.has_value());
+  BOOST_TEST((old.error().code == errc::stale_term));
+  BOOST_TEST(old.error().reason.find("term 9") != std::string::npos);
+  BOOST_TEST(old.error().reason.find("newest term is 10") != std::string::npos);
+  BOOST_TEST((admit_term(plain, 1).error().code == errc::stale_term));  // no term is older than any leader's
+  const Frame garbage(12, std::byte{0x5a});
+  auto bad = admit_term(garbage, 3);
+  BOOST_TEST_REQUIRE(!bad.has_value());
+  BOOST_TEST((bad.error().code != errc::stale_term));  // refused as its decode would refuse it
+}
+
 BOOST_AUTO_TEST_CASE(a_run_over_reason_is_cut_to_its_limit_when_sent) {
   // Two-byte characters: the cut falls on a character boundary, never inside one.
   std::string why = "x";  // the limit falls inside a character: the cut goes back to its start

@@ -872,6 +872,9 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
       e.push_back("net.election: letters, digits, '.', '_', '-' or '/' (got \"" + c.net.election + "\")");
     if (!(c.net.lease_ms >= 1000.0 && c.net.lease_ms <= 600000.0))
       e.push_back("net.lease_ms: must be in [1000, 600000] (etcd counts leases in whole seconds)");
+    if (c.train.mode == TrainMode::ddp)
+      e.push_back("syncers: train.mode \"ddp\" has a parameter server, which is not replicated; [[syncers]] needs "
+                  "\"decoupled\", \"diloco\" or \"streaming\"");
   }
   const auto& n = c.net;
   if (n.listen.rfind(':') == std::string::npos || n.listen.rfind(':') + 1 == n.listen.size())

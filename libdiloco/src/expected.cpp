@@ -23,6 +23,7 @@ std::string_view to_string(errc e) {
     case errc::corrupt_checkpoint: return "corrupt_checkpoint";
     case errc::checkpoint_mismatch: return "checkpoint_mismatch";
     case errc::missed_round: return "missed_round";
+    case errc::stale_term: return "stale_term";
   }
   return "unknown_error";
 }

@@ -316,7 +316,7 @@ void SyncerCore::encode_delta(int p, std::span<const float> theta) {
   // The islands compute exactly this sum (IslandCore::adopt_frame): Θ̂ is bit-equal on both ends.
   for (std::size_t j = 0; j < hat.size(); ++j) hat[j] += sent_[j];
   held_round_[i] = rounds_[i];
-  broadcast_[i] = Expected<Frame>(encode_message(FragmentMessage{h, std::move(*enc)}));
+  broadcast_[i] = Expected<Frame>(encode_message(FragmentMessage{h, std::move(*enc)}, settings_.term));
 }
 
 Expected<Frame> SyncerCore::global_frame(int p) const {
@@ -327,7 +327,7 @@ Expected<Frame> SyncerCore::global_frame(int p) const {
   h.island = syncer_id;
   h.index = static_cast<std::uint32_t>(p);
   h.base_round = held_round(p);
-  return encode_fragment(h, lossy() ? CodecParams{} : settings_.broadcast, held(p));
+  return encode_fragment(h, lossy() ? CodecParams{} : settings_.broadcast, held(p), settings_.term);
 }
 
 std::vector<float> SyncerCore::held(int p) const {

@@ -93,13 +93,15 @@ void fill_fragment(schema::Fragment::Builder f, const FragmentMessage& m) {
 }
 
 template <class EncodeFn>
-Expected<Frame> build_fragment(const FragmentHeader& h, const CodecParams& p, std::size_t n, EncodeFn&& encode_fn) {
+Expected<Frame> build_fragment(const FragmentHeader& h, const CodecParams& p, std::size_t n, std::uint64_t term,
+                               EncodeFn&& encode_fn) {
   if (auto st = check(p); !st) return st.error();
   const std::size_t ns = scale_count(p, n);
   const std::size_t pb = payload_bytes(p.encoding, n);
   FrameBuilder b(fragment_words(ns, pb));
   auto env = b.initRoot<schema::Envelope>();
   env.setVersion(protocol_version);
+  env.setTerm(term);
   auto f = env.initFragment();
   fill_header(f, h, p, n);
   auto sl = f.initScales(static_cast<unsigned>(ns));
@@ -155,6 +157,7 @@ Error kj_error(const kj::Exception& e) {
 struct Peek {
   std::uint16_t version = 0;
   MessageType type = MessageType::fragment;
+  std::uint64_t term = 0;
 };
 
 // Reads only the envelope (version and union tag) with a tiny traversal limit.
@@ -174,6 +177,7 @@ Expected<Peek> peek(Words w) {
       return Error{errc::unexpected_message, "unknown message type " + num(which)};
     // The union's members are declared in MessageType order.
     p.type = static_cast<MessageType>(which);
+    p.term = env.getTerm();
     return p;
   } catch (const kj::Exception& e) {
     return kj_error(e);
@@ -374,7 +378,7 @@ std::size_t max_frame_bytes(MessageType t, const WireLimits& l) {
   return kSmallMessageBytes;
 }
 
-Frame encode_message(const Message& m) {
+Frame encode_message(const Message& m, std::uint64_t term) {
   std::size_t words = kSmallMessageBytes / 8;
   if (auto* f = std::get_if<FragmentMessage>(&m)) words += fragment_words(*f);
   if (auto* p = std::get_if<ProgressMessage>(&m)) words += 5 * p->fragments.size();
@@ -384,6 +388,7 @@ Frame encode_message(const Message& m) {
   FrameBuilder b(words);
   auto env = b.initRoot<schema::Envelope>();
   env.setVersion(protocol_version);
+  env.setTerm(term);
   std::visit(
       [&](const auto& msg) {
         using T = std::decay_t<decltype(msg)>;
@@ -427,16 +432,36 @@ Frame encode_message(const Message& m) {
   return b.finish();
 }
 
-Expected<Frame> encode_fragment(const FragmentHeader& h, const CodecParams& p, std::span<const float> values) {
-  return build_fragment(h, p, values.size(), [&](std::span<float> scales, std::span<std::uint8_t> payload) {
+Expected<Frame> encode_fragment(const FragmentHeader& h, const CodecParams& p, std::span<const float> values,
+                                std::uint64_t term) {
+  return build_fragment(h, p, values.size(), term, [&](std::span<float> scales, std::span<std::uint8_t> payload) {
     return encode_into(p, values, scales, payload);
   });
 }
 
-Expected<Frame> encode_fragment(const FragmentHeader& h, ErrorFeedbackEncoder& ef, std::span<const float> values) {
-  return build_fragment(h, ef.params(), values.size(), [&](std::span<float> scales, std::span<std::uint8_t> payload) {
+Expected<Frame> encode_fragment(const FragmentHeader& h, ErrorFeedbackEncoder& ef, std::span<const float> values,
+                                std::uint64_t term) {
+  return build_fragment(h, ef.params(), values.size(), term, [&](std::span<float> scales, std::span<std::uint8_t> payload) {
     return ef.encode_into(values, scales, payload);
   });
+}
+
+Expected<std::uint64_t> frame_term(std::span<const std::byte> frame) {
+  std::vector<std::uint64_t> scratch;
+  auto w = frame_words(frame, overall_max_bytes(WireLimits{}), scratch);
+  if (!w) return w.error();
+  auto p = peek(*w);
+  if (!p) return p.error();
+  return p->term;
+}
+
+Status admit_term(std::span<const std::byte> frame, std::uint64_t newest) {
+  auto t = frame_term(frame);
+  if (!t) return t.error();
+  if (*t < newest)
+    return Error{errc::stale_term, "frame of term " + num(*t) + " from a deposed syncer leader (the newest term is " +
+                                       num(newest) + ")"};
+  return {};
 }
 
 Expected<Message> decode_message(std::span<const std::byte> frame, const WireLimits& limits) {

@@ -27,6 +27,8 @@ struct SyncerSettings {
   CodecParams broadcast;         // fp32: broadcasts Θ_p exactly (global_params); lossy: the quantised
                                  // change of Θ̂_p (global_delta, error feedback by construction)
   long snapshot_every = 0;       // global rounds between snapshots on disk (0: never; snapshot_due)
+  std::uint64_t term = 0;        // a replicated syncer's leader: its term, carried by every frame it
+                                 // encodes (sites refuse older terms); 0 otherwise
 };
 
 /// What one commit of one fragment did.

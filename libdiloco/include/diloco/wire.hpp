@@ -114,12 +114,24 @@ struct WireLimits {
 /// byte of them is interpreted (frame_too_large), and it bounds the Cap'n Proto traversal.
 std::size_t max_frame_bytes(MessageType t, const WireLimits& limits);
 
-/// Serialises any message (values are copied from the Encoded payloads).
-Frame encode_message(const Message& m);
+/// Serialises any message (values are copied from the Encoded payloads). `term`: the sending
+/// syncer leader's term (a replicated syncer), 0 for everyone else.
+Frame encode_message(const Message& m, std::uint64_t term = 0);
 /// Quantises `values` straight into a new fragment frame (no intermediate payload copy).
-Expected<Frame> encode_fragment(const FragmentHeader& h, const CodecParams& p, std::span<const float> values);
+Expected<Frame> encode_fragment(const FragmentHeader& h, const CodecParams& p, std::span<const float> values,
+                                std::uint64_t term = 0);
 /// Same, with error feedback: the quantisation residual is carried into `ef`'s next send.
-Expected<Frame> encode_fragment(const FragmentHeader& h, ErrorFeedbackEncoder& ef, std::span<const float> values);
+Expected<Frame> encode_fragment(const FragmentHeader& h, ErrorFeedbackEncoder& ef, std::span<const float> values,
+                                std::uint64_t term = 0);
+
+/// The term a frame carries (its envelope only is read, as for the version): the sending syncer
+/// leader's term, 0 from anyone else. A frame that is not even an envelope is refused as
+/// decode_message would refuse it.
+Expected<std::uint64_t> frame_term(std::span<const std::byte> frame);
+/// A frame from a syncer, judged by its term against `newest`, the newest leader term the
+/// receiver has seen: a frame of an older term comes from a deposed leader and is refused
+/// (stale_term). Term 0 (no replicated syncer) is older than any leader's term.
+Status admit_term(std::span<const std::byte> frame, std::uint64_t newest);
 
 /// Structural decode of any frame: size and segment table before reading, per-type frame and
 /// traversal limits, protocol version, encoding, lengths, finite values. Nothing about the

@@ -100,8 +100,9 @@ struct GatewayOptions {
 caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, GatewayOptions o);
 /// The run is over (`o`): the gateway tells every site in session now (through its relay) and
 /// answers every site that proves itself later with `o` instead of a session; each site told is
-/// marked in rt.gateway.told_over and counted in run_over_sent.
-void tell_run_over(const caf::actor& gateway, const RunOver& o);
+/// marked in rt.gateway.told_over and counted in run_over_sent. The word carries `term` (a
+/// replicated syncer's leader term, Run::leader_term).
+void tell_run_over(const caf::actor& gateway, const RunOver& o, std::uint64_t term = 0);
 /// Every site was told that the run is over, or needs no telling (each of its islands finished).
 bool every_site_told(const Runtime& rt);
 /// Publishes the gateway to CAF's middleman on loopback (any free port; only the door reaches

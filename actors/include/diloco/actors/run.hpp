@@ -2,6 +2,7 @@
 // it. Read by every actor; written by nobody once the supervision tree is spawned.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -62,6 +63,13 @@ struct Run {
   /// holds it (the gateway tells the syncer: replicated_atom), so a failover loses no round an
   /// island has seen.
   bool hold_until_replicated = false;
+  /// A replicated syncer's leader: its term, carried by every frame its syncer sends (broadcasts,
+  /// welcomes, heartbeats, the run-over word). 0: not replicated.
+  std::uint64_t leader_term = 0;
+  /// A site process: the newest syncer leader term it has heard of (its connector raises it when
+  /// it admits a session). Frames from a syncer of an older term are refused (stale_term) and
+  /// counted: they come from a deposed leader.
+  std::atomic<std::uint64_t> newest_term{0};
 
   int P() const { return plan.count(); }
   /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
