@@ -918,3 +918,84 @@ BOOST_AUTO_TEST_CASE(islands_refuse_the_frames_of_a_deposed_leaders_term) {
   BOOST_TEST(heals() == healed_before + 1);
   BOOST_TEST(!w.rt->stopped().has_value());
 }
+
+// A replicated leader lost at each point of a commit: before a majority holds it, once a majority
+// holds it but before its broadcast went out, and after the broadcast. The new leader (a newer
+// term) resumes from what the majority holds, as an elected follower does. No round an island
+// heard of is lost, none is applied twice (each fragment's rounds go on from the restored one by
+// one), and the restored state is exactly the majority's.
+BOOST_AUTO_TEST_CASE(a_leader_lost_at_any_point_of_a_commit_loses_no_round_islands_heard_of) {
+  enum class Point { before_replication, replicated_not_broadcast, after_broadcast };
+  const std::pair<Point, const char*> points[] = {{Point::before_replication, "before replication"},
+                                                  {Point::replicated_not_broadcast, "replicated, not broadcast"},
+                                                  {Point::after_broadcast, "after the broadcast"}};
+  for (const auto& [point, name] : points) {
+    BOOST_TEST_CONTEXT("leader lost " << name) {
+      auto c = small_config(2, 1, 2);
+      c.fragments.count = 2;
+      c.syncer.snapshot_every = 0;  // the replicas' copies are the only ones
+      World w(c, [](Runtime& rt) {
+        rt.hold_until_replicated = true;
+        rt.leader_term = 5;
+        rt.newest_term = 5;
+      });
+      auto gateway = w.sys->spawn([](caf::event_based_actor* self) -> caf::behavior {
+        return {[=](replicated_atom a, std::uint64_t generation, const caf::actor& to) { self->send(to, a, generation); }};
+      });
+      std::shared_ptr<const Checkpoint> majority;  // what a majority of the replicas holds
+      auto replicate = [&] {
+        auto h = w.rt->syncer.held();
+        majority = h.snapshot;
+        return h.generation;
+      };
+      auto release = [&](std::uint64_t g) { caf::anon_send(gateway, replicated_atom::value, g, w.rt->dir.syncer()); };
+      std::map<int, std::uint64_t> rounds;  // per fragment: the round of its last commit under the living leader
+      std::map<int, std::uint64_t> at_loss;  // per fragment: the leader's rounds when it was lost
+      std::vector<float> majority_params;
+      int commits = 0;
+      bool lost = false, restored = false;
+      w.hook = [&](const Event& e) {
+        if (e.kind == Event::Kind::commit && !lost) {
+          BOOST_TEST(e.round == rounds[e.fragment] + 1);  // monotonic, none repeated
+          rounds[e.fragment] = e.round;
+          // The leader is lost at the second commit of fragment 0 (whose round a re-joining island reports).
+          if (e.fragment != 0 || ++commits < 2) return release(replicate());
+          lost = true;
+          at_loss = rounds;
+          if (point != Point::before_replication) {
+            const auto g = replicate();
+            if (point == Point::after_broadcast) release(g);
+          }
+          // The successor, elected under a newer term, starts from what the majority holds.
+          BOOST_REQUIRE(majority);
+          w.rt->syncer.keep_snapshot(majority);
+          w.rt->leader_term = 6;
+          majority_params = majority->params;
+          caf::anon_send_exit(w.rt->dir.syncer(), caf::exit_reason::kill);
+        } else if (e.kind == Event::Kind::restore && lost && !restored) {
+          restored = true;
+          BOOST_TEST(w.rt->syncer.global().first == majority_params);  // exactly the majority's state
+          BOOST_TEST_REQUIRE(e.rounds.size() == 2u);
+          for (int p = 0; p < 2; ++p) rounds[p] = e.rounds[static_cast<std::size_t>(p)];
+          if (point == Point::before_replication) BOOST_TEST(rounds != at_loss);  // the commit nobody held is gone ...
+          else BOOST_TEST((rounds == at_loss));                                  // ... a held one is not
+        } else if (e.kind == Event::Kind::commit && restored) {
+          BOOST_TEST(e.round == rounds[e.fragment] + 1);  // from the restored round on, one by one
+          rounds[e.fragment] = e.round;
+          release(replicate());
+        } else if (e.kind == Event::Kind::rejoin && restored) {
+          BOOST_TEST(e.held_round <= rounds[0]);  // the island had heard of nothing the successor lacks
+        }
+      };
+      w.Coordinated::settle([&] { return restored; });
+      BOOST_REQUIRE(restored);
+      release(replicate());  // the successor's followers hold what it resumed from
+      w.settle();
+      BOOST_TEST(w.started("root", "syncer") == 2);
+      BOOST_TEST(w.of(Event::Kind::rejoin).size() >= 2u);
+      BOOST_TEST(w.of(Event::Kind::rejected).empty());
+      BOOST_TEST(!w.rt->stopped().has_value());
+      caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+    }
+  }
+}
