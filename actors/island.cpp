@@ -198,6 +198,7 @@ void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int 
     if (st.member.syncer) {
       detail::send_over_link(self, rt, i, true, st.member.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
+      st.core->set_time(detail::now_s(self));
       const auto due = st.core->due();
       for (int p : due)
         if (!send_fragment(self, p)) return;
@@ -249,6 +250,7 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   // restored from a state directory (its parameters are its own, the syncer's may be older).
   const bool keep_local = rejoin || st.resumed;
   const auto held = st.core->base_round(0);
+  st.core->set_time(detail::now_s(self));
   st.core->heal(reply, keep_local);
   st.resumed = false;
   st.left = false;  // the syncer counts on a joining island until it says it finished
@@ -387,6 +389,7 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   IslandSettings s;
   s.island = i;
   s.schedule = SyncSchedule{c.train.H, rt->P()};
+  s.sync_every_s = c.train.sync_every_s;
   s.tau = rt->tau();
   s.alpha = rt->alpha();
   s.codec = CodecParams{*parse_encoding(c.fragments.encoding), static_cast<std::uint32_t>(c.fragments.block_size)};

@@ -255,8 +255,11 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                            {"up_peak_mbps", l.up_peak * l.bandwidth_Bps * 8e-6},
                            {"down_peak_mbps", l.down_peak * l.bandwidth_Bps * 8e-6},
                            {"bandwidth_mbps", l.bandwidth_Bps * 8e-6}});
+    std::vector<long> island_steps;  // how far each island got (faster islands further under a token budget)
+    for (const auto& rec : rt.islands) island_steps.push_back(rec.step.load());
     jsonl.write(Json{{"summary", true},
                      {"mode", name_of(cfg.train.mode)},
+                     {"island_steps", island_steps},
                      {"final_eval_loss", end.eval.loss},
                      {"final_eval_std_error", end.eval.std_error},
                      {"seconds", end.seconds},

@@ -11,6 +11,12 @@ chip-seconds provisioned), eval loss of the global parameters at the end.
 
   benchmarks/heterogeneous.py [--diloco build/apps/diloco] [--speeds 1.0,1.0,0.55,0.55] [--tau 2]
                               [--repeat 3] [--out DIR]
+  benchmarks/heterogeneous.py --cadence [--speeds 1.0,0.55,0.3] ...
+
+--cadence compares, at K = 1 with the adaptive grace, a sync every H steps with a sync every
+train.sync_every_s seconds of each island's own time (set to H times the fastest island's step
+time, measured in the same repetition's fixed-H run: seconds over the steps its fastest island
+took), so a slow island sends after fewer steps but as fresh as a fast one.
 
 Prints a table and, as its last line, one JSON object.
 """
@@ -18,6 +24,7 @@ import argparse
 import json
 import os
 import tempfile
+import tomllib
 
 import diloco_runs
 
@@ -32,7 +39,10 @@ def main():
                     help="runs per variant (thread timing moves the merges, so losses vary between runs); "
                          "the targets are checked on the means")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cadence", action="store_true", help="fixed H against a sync cadence in time (train.sync_every_s)")
     a = ap.parse_args()
+    if a.cadence:
+        return cadence(a)
     out = a.out or tempfile.mkdtemp(prefix="heterogeneous.")
     os.makedirs(out, exist_ok=True)
     speeds = [float(x) for x in a.speeds.split(",")]
@@ -75,6 +85,51 @@ def main():
           f"{100 * loss_vs:+.2f}% vs K=all; " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in targets.items()))
     print(json.dumps({"benchmark": "heterogeneous", "speeds": speeds, "tau": a.tau, "repeat": a.repeat, "variants": res,
                       "loss_vs_K_all": loss_vs, "targets": targets}))
+
+
+def cadence(a):
+    out = a.out or tempfile.mkdtemp(prefix="heterogeneous-cadence.")
+    os.makedirs(out, exist_ok=True)
+    speeds = [float(x) for x in (a.speeds if a.speeds != "1.0,1.0,0.55,0.55" else "1.0,0.55,0.3").split(",")]
+    M = len(speeds)
+    common = [f"train.islands={M}", f"islands.speed=[{', '.join(str(x) for x in speeds)}]",
+              'train.budget="total_tokens"', f"fragments.tau={a.tau}", "quorum.min_islands=1", 'quorum.grace="adaptive"']
+    with open(os.path.join(diloco_runs.ROOT, "configs", "goodput.toml"), "rb") as f:
+        H = tomllib.load(f)["train"]["H"]
+    init = None
+    if a.pretrain > 0:
+        init = diloco_runs.pretrain(a.diloco, "goodput.toml", a.pretrain, out, [f"train.islands={M}", "train.batch=8"])[0]
+    print(f"islands at speeds {speeds}, K = 1 with adaptive grace, tau {a.tau}, shared start: {a.pretrain} ddp steps, "
+          f"{a.repeat} run(s) each")
+    print(f"{'variant':26s} {'run':>3s} {'wall s':>7s} {'goodput':>8s} {'eval loss':>9s} {'commits':>8s} {'steps per island':>22s}")
+    runs = {"every H steps": [], "every H fast steps' time": []}
+    for k in range(a.repeat):
+        period = None
+        for name in runs:
+            sets = list(common)
+            if period is not None:
+                sets.append(f"train.sync_every_s={period:.4f}")
+            tag = ("fixed" if period is None else "time") + f"_{k}"
+            s = diloco_runs.run(a.diloco, "goodput.toml", sets, os.path.join(out, tag + ".jsonl"), init=init)["summary"]
+            steps = s["island_steps"]
+            runs[name].append({"wall_s": s["seconds"], "goodput": s["goodput"], "eval_loss": s["final_eval_loss"],
+                               "commits": s["commits"], "island_steps": steps, "sync_every_s": period})
+            print(f"{name:26s} {k:3d} {s['seconds']:7.1f} {100 * s['goodput']:7.1f}% {s['final_eval_loss']:9.4f} "
+                  f"{s['commits']:8d} {str(steps):>22s}" + (f"  (period {period:.3f} s)" if period else ""), flush=True)
+            if period is None:
+                period = H * s["seconds"] / max(steps)  # H steps of the fastest island, in its own time
+    res = {}
+    for name, rs in runs.items():
+        mean = {key: sum(r[key] for r in rs) / len(rs) for key in ("wall_s", "goodput", "eval_loss", "commits")}
+        res[name] = dict(mean, runs=rs)
+        print(f"{name:26s} mean {mean['wall_s']:7.1f} {100 * mean['goodput']:7.1f}% {mean['eval_loss']:9.4f} "
+              f"{mean['commits']:8.1f}")
+    fixed, timed = res["every H steps"], res["every H fast steps' time"]
+    loss_vs = timed["eval_loss"] / fixed["eval_loss"] - 1.0
+    print(f"sync cadence in time vs every H steps (mean of {a.repeat}): eval loss {100 * loss_vs:+.2f}%, "
+          f"goodput {100 * timed['goodput']:.1f}% vs {100 * fixed['goodput']:.1f}%")
+    print(json.dumps({"benchmark": "heterogeneous_cadence", "speeds": speeds, "tau": a.tau, "repeat": a.repeat,
+                      "variants": res, "loss_time_vs_fixed": loss_vs}))
 
 
 if __name__ == "__main__":

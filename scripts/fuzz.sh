@@ -2,8 +2,10 @@
 # Builds the libFuzzer targets with clang (in build-fuzz/, fuzz targets only) and runs each for
 # SECONDS (default 60), then prints per target: executions, exec/s, new corpus units, crashes.
 #
-#   scripts/fuzz.sh [SECONDS] [--merge] [--build-only] [TARGET...]
+#   scripts/fuzz.sh [SECONDS] [--runs N] [--merge] [--build-only] [TARGET...]
 #
+# --runs N      stops a target after N executions (or SECONDS, whichever comes first): e.g.
+#               `scripts/fuzz.sh 7200 --runs 10000000` runs each target to 10M executions
 # --merge       adds the new inputs that add coverage to tests/fuzz/corpus/<target>/ (libFuzzer
 #               -merge=1: inputs that reach nothing new stay out, so the corpus stays small)
 # --build-only  builds the fuzz targets and runs none
@@ -23,11 +25,19 @@ declare -A max_len=([wire_message]=4096 [fragment_inbox]=4096 [codec]=1024 [chec
                     [config]=4096 [site_frame]=4096)
 
 seconds=60
+runs=-1
 merge=0
 build_only=0
 targets=()
+want_runs=0
 for a in "$@"; do
+  if [[ $want_runs -eq 1 ]]; then
+    [[ "$a" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: --runs takes a number of executions (got '$a')" >&2; exit 2; }
+    runs=$a want_runs=0
+    continue
+  fi
   case "$a" in
+    --runs) want_runs=1 ;;
     --merge) merge=1 ;;
     --build-only) build_only=1 ;;
     -h|--help) sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -37,6 +47,7 @@ for a in "$@"; do
     *) seconds=$a ;;
   esac
 done
+[[ $want_runs -eq 1 ]] && { echo "fuzz.sh: --runs needs a number" >&2; exit 2; }
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all_targets[@]}")
 build=${BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-1}
@@ -59,14 +70,14 @@ cmake --build "$build" -j "${BUILD_JOBS:-2}" --target "${targets[@]/#/fuzz_}"
 
 out=${OUT:-$(mktemp -d -t diloco-fuzz.XXXXXX)}
 mkdir -p "$out"
-echo "fuzz.sh: ${#targets[@]} targets, ${seconds} s each, $jobs at a time; new inputs and logs in $out"
+echo "fuzz.sh: ${#targets[@]} targets, ${seconds} s each$([[ $runs -ge 0 ]] && echo " or $runs executions"), $jobs at a time; new inputs and logs in $out"
 
 run_one() {
   local t=$1
   mkdir -p "$out/$t/new" "$out/$t/crashes"
   # New inputs go to the first directory; the tree's corpus is read, never written here.
   "$build/tests/fuzz_$t" "$out/$t/new" "tests/fuzz/corpus/$t" ${SEEDS:+"$SEEDS/$t"} -max_total_time="$seconds" \
-    -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -runs="$runs" -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$out/$t/crashes/" >"$out/$t/log" 2>&1 || true
 }
 running=0

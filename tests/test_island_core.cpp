@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <tuple>
 #include <type_traits>
 #include <variant>
 
@@ -348,4 +349,54 @@ BOOST_AUTO_TEST_CASE(an_island_restored_from_its_saved_state_takes_the_same_step
       BOOST_TEST((refused.error().code == errc::checkpoint_mismatch));
     }
   }
+}
+
+// train.sync_every_s: fragments fall due by the island's clock, not its step count. A slow
+// island (one step per 0.25 s) and a fast one (one per 0.125 s) both send fragment 0 once a
+// period (1 s) of their own time has passed: the fast one after 8 steps, the slow one after 4. Fragment
+// 1's first send comes at its offset (P = 2: half a period); nothing is due before a step, and
+// while a send awaits its merge the next one waits for two periods.
+BOOST_AUTO_TEST_CASE(a_time_cadence_makes_islands_of_any_speed_sync_after_the_same_time) {
+  TwoFragments t;
+  std::vector<float> init(t.layout.size(), 0.0f);
+  IslandSettings s{0, SyncSchedule{50, 2}, 0, 0.0, CodecParams{}, true};
+  s.sync_every_s = 1.0;
+  const std::vector<float> zeros(t.layout.size(), 0.0f);
+  ChipGradient none{zeros, 8, 0.0};
+  auto steps_until_due = [&](double step_s, int p, IslandCore& core, double& clock) {
+    for (int k = 1; k < 100; ++k) {
+      core.apply_gradient(std::span<const ChipGradient>(&none, 1));
+      clock += step_s;
+      core.set_time(clock);
+      if (core.due(p)) return k;
+    }
+    return -1;
+  };
+  for (const auto& [step_s, first0, first1] : {std::tuple{0.125, 8, 4}, std::tuple{0.25, 4, 2}}) {
+    BOOST_TEST_CONTEXT("a step every " << step_s << " s") {
+      IslandCore core(t.layout, t.plan, s, AdamWConfig{}, init);
+      double clock = 100.0;  // the island's clock need not start at 0
+      core.set_time(clock);
+      core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(), false);
+      BOOST_TEST(core.due().empty());  // no step yet
+      {
+        IslandCore twin(t.layout, t.plan, s, AdamWConfig{}, init);
+        double c2 = 100.0;
+        twin.set_time(c2);
+        twin.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(), false);
+        BOOST_TEST(steps_until_due(step_s, 1, twin, c2) == first1);  // fragment 1 at its offset
+      }
+      BOOST_TEST(steps_until_due(step_s, 0, core, clock) == first0);
+      BOOST_REQUIRE(core.outer_gradient_frame(0).has_value());
+      BOOST_TEST(!core.due(0));  // just sent
+      // Awaiting its merge: due again after two periods, not one.
+      const int awaiting = steps_until_due(step_s, 0, core, clock);
+      BOOST_TEST(awaiting == 2 * first0);
+    }
+  }
+  // A step cadence is untouched by the clock.
+  IslandSettings by_steps{0, SyncSchedule{4, 2}, 0, 0.0, CodecParams{}, true};
+  IslandCore core(t.layout, t.plan, by_steps, AdamWConfig{}, init);
+  double clock = 0.0;
+  BOOST_TEST(steps_until_due(1000.0, 0, core, clock) == 4);
 }

@@ -9,6 +9,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -998,4 +999,39 @@ BOOST_AUTO_TEST_CASE(a_leader_lost_at_any_point_of_a_commit_loses_no_round_islan
       caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
     }
   }
+}
+
+// train.sync_every_s on simulated time (a step's time is the model's FLOPs over the chip's
+// FLOP/s and the island's speed): with H = 4 steps each island sends once per 4 of its own
+// steps, so the island at half speed sends half as often in time; with a period of 4 fast steps
+// it sends every 2 of its steps, as often in time as the fast one (twice as many sends over its
+// twice-as-long run of the same 48 steps).
+BOOST_AUTO_TEST_CASE(a_time_cadence_lets_a_slow_island_send_as_often_as_a_fast_one) {
+  auto run = [](double sync_every_s, double* step_s) {
+    auto c = small_config(2, 1, 1);
+    c.train.steps = 48;
+    c.train.H = 4;
+    c.islands.speed = {1.0, 0.5};
+    c.train.sync_every_s = sync_every_s;
+    World w(c, [](Runtime& rt) { rt.simulated = true; });
+    w.settle();
+    std::array<int, 2> merged{};
+    for (const auto& e : w.of(Event::Kind::commit))
+      for (int i : e.islands) ++merged[static_cast<std::size_t>(i)];
+    std::vector<double> fast;
+    for (const auto& e : w.of(Event::Kind::step))
+      if (e.island == 0) fast.push_back(e.at);
+    if (step_s) *step_s = (fast.back() - fast.front()) / static_cast<double>(fast.size() - 1);
+    BOOST_TEST(w.of(Event::Kind::dropped).empty());
+    return merged;
+  };
+  double step_s = 0.0;
+  const auto by_steps = run(0.0, &step_s);
+  BOOST_TEST_MESSAGE("every 4 steps: islands sent " << by_steps[0] << " and " << by_steps[1] << "; a fast step " << step_s << " s");
+  BOOST_TEST(std::abs(by_steps[0] - by_steps[1]) <= 2);  // 48 steps / 4 each
+  BOOST_REQUIRE(step_s > 0.0);
+  const auto by_time = run(4.0 * step_s, nullptr);
+  BOOST_TEST_MESSAGE("every " << 4.0 * step_s << " s: islands sent " << by_time[0] << " and " << by_time[1]);
+  BOOST_TEST(std::abs(by_time[0] - by_steps[0]) <= 2);  // the fast island's cadence is unchanged
+  BOOST_TEST(by_time[1] >= 2 * by_time[0] - 3);         // the slow one sends every 2 of its steps
 }

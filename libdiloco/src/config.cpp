@@ -105,6 +105,10 @@ std::vector<Field> fields(RunConfig& c) {
       {"train", "steps", &c.train.steps, "inner steps per island"},
       {"train", "batch", &c.train.batch, "windows of seq_len bytes per island per inner step, split among its chips"},
       {"train", "H", &c.train.H, "inner steps between two syncs of a fragment"},
+      {"train", "sync_every_s", &c.train.sync_every_s,
+       "decoupled on actors, > 0: each island syncs a fragment every this many seconds of its own time instead of "
+       "every H steps (a slow island after fewer steps, as fresh as a fast one); a good value is H times a fast "
+       "island's step time. 0: every H steps"},
       {"train", "eval_windows", &c.train.eval_windows,
        "held-out windows of seq_len + 1 bytes per evaluation, one in each equal stretch of the split; the summary "
        "prints the loss ± its standard error"},
@@ -751,6 +755,11 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   if (t.steps < 1) e.push_back("train.steps: must be ≥ 1 (got " + std::to_string(t.steps) + ")");
   if (t.budget == Budget::total_tokens && t.mode != TrainMode::decoupled)
     e.push_back("train.budget: \"total_tokens\" is for mode \"decoupled\" (the synchronous modes step together)");
+  if (!(t.sync_every_s >= 0.0) || !std::isfinite(t.sync_every_s)) e.push_back("train.sync_every_s: must be a finite number ≥ 0");
+  else if (t.sync_every_s > 0.0 && t.mode != TrainMode::decoupled)
+    e.push_back("train.sync_every_s: a sync cadence in time is for train.mode = \"decoupled\" (the other modes sync "
+                "every island together every H steps)");
+  else check_not_too_long(e, "train.sync_every_s", t.sync_every_s);
   if (!(t.final_sync_s >= 0.0) || !std::isfinite(t.final_sync_s)) e.push_back("train.final_sync_s: must be a finite number ≥ 0");
   else check_not_too_long(e, "train.final_sync_s", t.final_sync_s);
   if (t.batch < 1) e.push_back("train.batch: must be ≥ 1 (got " + std::to_string(t.batch) + ")");

@@ -30,6 +30,8 @@ IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, Isla
   sent_steps_.assign(P, 0);
   sent_at_.assign(P, -1);
   awaiting_.assign(P, false);
+  sent_time_.assign(P, 0.0);
+  sent_once_.assign(P, false);
 }
 
 std::vector<float>& IslandCore::writable() {
@@ -97,8 +99,19 @@ double IslandCore::apply_gradient(std::span<const ChipGradient> chips) {
   return loss;
 }
 
+void IslandCore::set_time(double now) { now_ = now; }
+
 bool IslandCore::due(int p) const {
   const auto i = static_cast<std::size_t>(p);
+  if (const double period = settings_.sync_every_s; period > 0.0) {
+    if (step_ <= sent_at_[i] || step_ == 0) return false;  // nothing trained since the last send
+    const double since = now_ - sent_time_[i];
+    if (!sent_once_[i]) {
+      const int P = settings_.schedule.P;
+      return since >= (p == 0 ? period : period * p / P);
+    }
+    return awaiting_[i] ? since >= 2.0 * period : since >= period;
+  }
   const int H = settings_.schedule.H;
   if (sent_at_[i] < 0) return settings_.schedule.due(step_, p);
   const long since = step_ - sent_at_[i];
@@ -134,6 +147,8 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
              " holds NaN or infinity (" + frame.error().reason + ")");
   if (frame) {
     sent_at_[i] = step_;
+    sent_time_[i] = now_;
+    sent_once_[i] = true;
     awaiting_[i] = true;
     sent_tokens_[i] = tokens_[i];
     sent_steps_[i] = steps_[i];
@@ -251,6 +266,8 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     if (!keep_local) tokens_[i] = steps_[i] = 0;
     sent_at_[i] = -1;
     awaiting_[i] = false;
+    sent_time_[i] = now_;  // a time cadence counts from the heal
+    sent_once_[i] = false;
     ef_[i].reset();
   }
 }

@@ -55,6 +55,9 @@ struct TrainConfig {
   long steps = 500;              // inner steps per island
   int batch = 8;                 // windows per island per step (B); T is model.seq_len
   int H = 50;                    // inner steps between two syncs of a fragment
+  double sync_every_s = 0.0;     // decoupled on actors, > 0: each island syncs a fragment every
+                                 // this many seconds of its own time instead of every H steps,
+                                 // so islands of any speed send equally fresh contributions
   int eval_windows = 1536;       // held-out windows of seq_len + 1 bytes per evaluation, one in
                                  // each equal stretch of the split (Corpus::eval_window_starts)
   int round_eval_windows = 64;   // actor runs: windows of the per-round evaluation (live table,

@@ -57,6 +57,12 @@ struct IslandSettings {
   double alpha = 0.0;             // θ_local ← α·θ_local + (1−α)·Θ_p on adoption
   CodecParams codec;              // encoding of outer gradients on the wire
   bool error_feedback = true;     // carry the quantisation residual (lossy encodings only)
+  /// > 0: a sync cadence in time instead of steps (train.sync_every_s). Fragment p is due once
+  /// this many seconds of the island's clock (set_time) passed since its last send (the first
+  /// time: its offset, p·period/P, or one period for p = 0, from the heal), and at least one step
+  /// was taken since. Islands of any speed then send equally fresh contributions (a slow one
+  /// after fewer steps). 0: every H steps (schedule).
+  double sync_every_s = 0.0;
 };
 
 /// Solves "what does one island know and do" without any mailbox: the actor shell feeds it
@@ -101,13 +107,17 @@ public:
   /// again. Fails with checkpoint_mismatch when `s` is of another island, model or plan.
   Status restore(const IslandState& s);
 
+  /// The island's clock (seconds; a parameter, so that the policy stays testable and simulated
+  /// runs stay deterministic): what a time cadence (IslandSettings::sync_every_s) measures.
+  void set_time(double now);
   /// Fragments due after the current local step, in index order.
   std::vector<int> due() const;
   /// Fragment p is due on its schedule (every H steps from its offset). Decoupled islands never
   /// wait, so the merge of their last contribution may not have reached them yet when the next
   /// one is due: sending then would repeat progress the syncer already merged (it refuses such a
   /// frame), so the send waits until the merge arrives (then it is due at once), or until 2H
-  /// steps have passed since the last send (the merge may never come: a lost round).
+  /// steps have passed since the last send (the merge may never come: a lost round). With a
+  /// time cadence the same rule holds in seconds (sync_every_s, twice that while awaiting).
   bool due(int p) const;
 
   /// δ_p = Θ_p(base round) − θ_p quantised into a Cap'n Proto Fragment frame (wire.hpp), with
@@ -180,6 +190,9 @@ private:
   std::vector<std::uint64_t> sent_tokens_, sent_steps_;  // the counters of the last send per fragment
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
   std::vector<bool> awaiting_;               // sent, and no newer round received since
+  double now_ = 0.0;                         // the island's clock (set_time)
+  std::vector<double> sent_time_;            // time cadence: clock at the last send (or the heal) per fragment
+  std::vector<bool> sent_once_;              // time cadence: sent since the last heal
   std::vector<ErrorFeedbackEncoder> ef_;
   struct Adoption {
     long apply_at;
