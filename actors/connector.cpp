@@ -221,7 +221,8 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
       [=](beat_atom, const WireFrame& w) {
         auto msg = decode_message(detail::bytes_of(w));
         if (!msg || !std::holds_alternative<Heartbeat>(*msg) || std::get<Heartbeat>(*msg).sender != syncer_id) return;
-        if (!admit_term(detail::bytes_of(w), rt->newest_term.load())) return;  // a deposed leader's echo keeps nothing alive
+        // A deposed leader's echo keeps nothing alive (refused and counted).
+        if (detail::stale_term(self, *rt, rt->gateway.refused, "connector " + o.site + ": heartbeat echo", w)) return;
         auto from = self->current_sender();
         if (self->state.relay && from && from->address() == self->state.relay.address())
           self->state.last_echo = detail::now_s(self);

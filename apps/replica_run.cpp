@@ -170,9 +170,13 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
   std::uint64_t held_commits = held_in_state_file();
   // Beside the election, not under it: every key under the election's name is a candidacy.
   const std::string held_prefix = cfg.net.election + ".held/";
+  // What etcd shows of this replica (published_commits; none: not yet, or the last put failed).
+  std::optional<std::uint64_t> published_commits;
   auto publish = [&](std::uint64_t n, std::int64_t lease) {
     auto ok = etcd.put(held_prefix + mine.name, std::to_string(n), lease);
     if (!ok) say("cannot publish what it holds: " + ok.error().message());
+    if (ok) published_commits = n;
+    else published_commits.reset();
     return ok.has_value();
   };
   auto release = [&](std::int64_t lease) {
@@ -203,7 +207,13 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
         continue;
       }
       keeper = std::make_unique<LeaseKeeper>(etcd, *lease, ttl, asked_at);
-      publish(held_commits, *lease);
+      published_commits.reset();  // a new lease: nothing of this replica is visible under it yet
+    }
+    // Published under the lease before campaigning (again, if the last put failed): an elected
+    // replica that cannot see this one's count would resign for want of others.
+    if (published_commits != held_commits && !publish(held_commits, keeper->lease())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
     }
     attempt = 0;
     Candidacy candidacy(cfg, keeper->lease(), mine.name);
@@ -256,9 +266,11 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
         }
         if (u.round != held_round) say("holds round " + std::to_string(u.round) + " (term " + std::to_string(u.term) + ")");
         held_round = u.round;
-        if (const auto n = commits_held(cp->rounds); n != held_commits) {
+        // Acknowledged only once etcd shows it (an elected replica must see this copy), and the
+        // count moves only with a successful put, so a failed one is tried again with the resend.
+        if (const auto n = commits_held(cp->rounds); n != published_commits) {
+          if (!publish(n, keeper->lease())) return false;
           held_commits = n;
-          if (!publish(n, keeper->lease())) return false;  // not acknowledged: an elected replica would not see this copy
         }
         return true;
       };

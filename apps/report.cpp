@@ -181,6 +181,8 @@ void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, d
                 train_loss, eval_loss, t.tokens / std::max(seconds, 1e-9), t.live_islands, t.live_chips, quorum,
                 t.bytes_sent / 1e6, 100.0 * gp.goodput, bar.c_str(), eta.c_str());
   std::fflush(stdout);
+  std::vector<long> island_steps;  // each island's last step: how fast each goes
+  for (const auto& rec : rt_.islands) island_steps.push_back(rec.step.load());
   jsonl_.write(Json{{"round", round},
                     {"train_loss", train_loss},
                     {"eval_loss", eval_loss},
@@ -193,6 +195,7 @@ void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, d
                     {"live_islands", t.live_islands},
                     {"live_chips", t.live_chips},
                     {"progress", done},
+                    {"island_steps", island_steps},
                     {"seconds", seconds}});
 }
 

@@ -15,8 +15,8 @@ chip-seconds provisioned), eval loss of the global parameters at the end.
 
 --cadence compares, at K = 1 with the adaptive grace, a sync every H steps with a sync every
 train.sync_every_s seconds of each island's own time (set to H times the fastest island's step
-time, measured in the same repetition's fixed-H run: seconds over the steps its fastest island
-took), so a slow island sends after fewer steps but as fresh as a fast one.
+time, measured in the same repetition's fixed-H run over the middle 60% of its round lines), so a
+slow island sends after fewer steps but as fresh as a fast one.
 
 Prints a table and, as its last line, one JSON object.
 """
@@ -32,7 +32,7 @@ import diloco_runs
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--diloco", default=diloco_runs.DEFAULT_DILOCO)
-    ap.add_argument("--speeds", default="1.0,1.0,0.55,0.55")
+    ap.add_argument("--speeds", default=None, help="default 1.0,1.0,0.55,0.55 (--cadence: 1.0,0.55,0.3)")
     ap.add_argument("--tau", type=int, default=2, help="fragments.tau (bounds the adaptive grace window)")
     ap.add_argument("--pretrain", type=int, default=300, help="ddp steps of the shared start (0: cold start)")
     ap.add_argument("--repeat", type=int, default=3,
@@ -45,7 +45,7 @@ def main():
         return cadence(a)
     out = a.out or tempfile.mkdtemp(prefix="heterogeneous.")
     os.makedirs(out, exist_ok=True)
-    speeds = [float(x) for x in a.speeds.split(",")]
+    speeds = [float(x) for x in (a.speeds or "1.0,1.0,0.55,0.55").split(",")]
     M = len(speeds)
     common = [f"train.islands={M}", f"islands.speed=[{', '.join(str(x) for x in speeds)}]",
               'train.budget="total_tokens"', f"fragments.tau={a.tau}"]
@@ -87,10 +87,20 @@ def main():
                       "loss_vs_K_all": loss_vs, "targets": targets}))
 
 
+def fast_step_s(rounds):
+    """The fastest island's step time over the middle 60% of a run's round lines (start-up and
+    the final sync left out)."""
+    end = rounds[-1]["seconds"]
+    mid = [r for r in rounds if 0.2 * end <= r["seconds"] <= 0.8 * end]
+    a, b = mid[0], mid[-1]
+    fastest = max(range(len(b["island_steps"])), key=lambda i: b["island_steps"][i])
+    return (b["seconds"] - a["seconds"]) / (b["island_steps"][fastest] - a["island_steps"][fastest])
+
+
 def cadence(a):
     out = a.out or tempfile.mkdtemp(prefix="heterogeneous-cadence.")
     os.makedirs(out, exist_ok=True)
-    speeds = [float(x) for x in (a.speeds if a.speeds != "1.0,1.0,0.55,0.55" else "1.0,0.55,0.3").split(",")]
+    speeds = [float(x) for x in (a.speeds or "1.0,0.55,0.3").split(",")]
     M = len(speeds)
     common = [f"train.islands={M}", f"islands.speed=[{', '.join(str(x) for x in speeds)}]",
               'train.budget="total_tokens"', f"fragments.tau={a.tau}", "quorum.min_islands=1", 'quorum.grace="adaptive"']
@@ -110,14 +120,15 @@ def cadence(a):
             if period is not None:
                 sets.append(f"train.sync_every_s={period:.4f}")
             tag = ("fixed" if period is None else "time") + f"_{k}"
-            s = diloco_runs.run(a.diloco, "goodput.toml", sets, os.path.join(out, tag + ".jsonl"), init=init)["summary"]
+            r = diloco_runs.run(a.diloco, "goodput.toml", sets, os.path.join(out, tag + ".jsonl"), init=init)
+            s = r["summary"]
             steps = s["island_steps"]
             runs[name].append({"wall_s": s["seconds"], "goodput": s["goodput"], "eval_loss": s["final_eval_loss"],
                                "commits": s["commits"], "island_steps": steps, "sync_every_s": period})
             print(f"{name:26s} {k:3d} {s['seconds']:7.1f} {100 * s['goodput']:7.1f}% {s['final_eval_loss']:9.4f} "
                   f"{s['commits']:8d} {str(steps):>22s}" + (f"  (period {period:.3f} s)" if period else ""), flush=True)
             if period is None:
-                period = H * s["seconds"] / max(steps)  # H steps of the fastest island, in its own time
+                period = H * fast_step_s(r["rounds"])  # H steps of the fastest island, in its own time
     res = {}
     for name, rs in runs.items():
         mean = {key: sum(r[key] for r in rs) / len(rs) for key in ("wall_s", "goodput", "eval_loss", "commits")}

@@ -392,7 +392,37 @@ BOOST_AUTO_TEST_CASE(a_time_cadence_makes_islands_of_any_speed_sync_after_the_sa
       // Awaiting its merge: due again after two periods, not one.
       const int awaiting = steps_until_due(step_s, 0, core, clock);
       BOOST_TEST(awaiting == 2 * first0);
+      BOOST_REQUIRE(core.outer_gradient_frame(0).has_value());
+      // A heal (a re-join) half a period later keeps the phase: due half a period after it.
+      for (int k = 0; k < first0 / 2; ++k) {
+        core.apply_gradient(std::span<const ChipGradient>(&none, 1));
+        clock += step_s;
+      }
+      core.set_time(clock);
+      core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(), true);
+      BOOST_TEST(!core.due(0));
+      BOOST_TEST(steps_until_due(step_s, 0, core, clock) == first0 / 2);
     }
+  }
+  // A merge still queued for τ steps holds the next send back, whatever the clock says.
+  {
+    IslandSettings with_tau = s;
+    with_tau.tau = 3;
+    IslandCore core(t.layout, t.plan, with_tau, AdamWConfig{}, init);
+    double clock = 0.0;
+    core.set_time(clock);
+    core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(), false);
+    BOOST_TEST(steps_until_due(0.5, 0, core, clock) == 2);
+    BOOST_REQUIRE(core.outer_gradient_frame(0).has_value());
+    const std::vector<float> merged(t.plan.size(0), 0.0f);
+    BOOST_REQUIRE(core.adopt(0, 1, merged));  // arrives at once, applied at sent + τ
+    core.apply_gradient(std::span<const ChipGradient>(&none, 1));
+    clock += 5.0;  // far past the period
+    core.set_time(clock);
+    BOOST_TEST(!core.due(0));  // one step after the send: the merge still waits
+    core.apply_gradient(std::span<const ChipGradient>(&none, 1));
+    core.apply_gradient(std::span<const ChipGradient>(&none, 1));  // sent + τ: applied
+    BOOST_TEST(core.due(0));
   }
   // A step cadence is untouched by the clock.
   IslandSettings by_steps{0, SyncSchedule{4, 2}, 0, 0.0, CodecParams{}, true};

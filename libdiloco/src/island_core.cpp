@@ -30,8 +30,7 @@ IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, Isla
   sent_steps_.assign(P, 0);
   sent_at_.assign(P, -1);
   awaiting_.assign(P, false);
-  sent_time_.assign(P, 0.0);
-  sent_once_.assign(P, false);
+  next_due_.assign(P, std::numeric_limits<double>::quiet_NaN());
 }
 
 std::vector<float>& IslandCore::writable() {
@@ -104,13 +103,10 @@ void IslandCore::set_time(double now) { now_ = now; }
 bool IslandCore::due(int p) const {
   const auto i = static_cast<std::size_t>(p);
   if (const double period = settings_.sync_every_s; period > 0.0) {
-    if (step_ <= sent_at_[i] || step_ == 0) return false;  // nothing trained since the last send
-    const double since = now_ - sent_time_[i];
-    if (!sent_once_[i]) {
-      const int P = settings_.schedule.P;
-      return since >= (p == 0 ? period : period * p / P);
-    }
-    return awaiting_[i] ? since >= 2.0 * period : since >= period;
+    if (steps_[i] == 0) return false;  // nothing trained since the last send (or a heal that reset it)
+    for (const auto& q : queue_)
+      if (q.p == p) return false;  // its merge waits for τ: sending now would repeat merged progress
+    return now_ >= next_due_[i] + (awaiting_[i] ? period : 0.0);  // false before the first heal (NaN)
   }
   const int H = settings_.schedule.H;
   if (sent_at_[i] < 0) return settings_.schedule.due(step_, p);
@@ -147,8 +143,10 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
              " holds NaN or infinity (" + frame.error().reason + ")");
   if (frame) {
     sent_at_[i] = step_;
-    sent_time_[i] = now_;
-    sent_once_[i] = true;
+    if (const double period = settings_.sync_every_s; period > 0.0) {
+      next_due_[i] += period;  // the phase stays, unless the send came more than a period late
+      if (!(next_due_[i] > now_)) next_due_[i] = now_ + period;
+    }
     awaiting_[i] = true;
     sent_tokens_[i] = tokens_[i];
     sent_steps_[i] = steps_[i];
@@ -266,8 +264,8 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     if (!keep_local) tokens_[i] = steps_[i] = 0;
     sent_at_[i] = -1;
     awaiting_[i] = false;
-    sent_time_[i] = now_;  // a time cadence counts from the heal
-    sent_once_[i] = false;
+    if (std::isnan(next_due_[i]))  // a time cadence starts at the first heal; later ones keep its phase
+      next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();
   }
 }

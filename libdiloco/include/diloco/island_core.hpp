@@ -57,11 +57,13 @@ struct IslandSettings {
   double alpha = 0.0;             // θ_local ← α·θ_local + (1−α)·Θ_p on adoption
   CodecParams codec;              // encoding of outer gradients on the wire
   bool error_feedback = true;     // carry the quantisation residual (lossy encodings only)
-  /// > 0: a sync cadence in time instead of steps (train.sync_every_s). Fragment p is due once
-  /// this many seconds of the island's clock (set_time) passed since its last send (the first
-  /// time: its offset, p·period/P, or one period for p = 0, from the heal), and at least one step
-  /// was taken since. Islands of any speed then send equally fresh contributions (a slow one
-  /// after fewer steps). 0: every H steps (schedule).
+  /// > 0: a sync cadence in time instead of steps (train.sync_every_s). Fragment p falls due
+  /// every this many seconds of the island's clock (set_time), on a fixed phase: first at its
+  /// offset from the island's first heal (p·period/P, one period for p = 0), then one period
+  /// after the time it was due, whenever it was sent (later heals keep the phase). It is sent
+  /// only with a step trained since its last send and no merge of it still queued (τ), and, as
+  /// in steps, one period later while its last send awaits its merge. Islands of any speed then
+  /// send equally fresh contributions (a slow one after fewer steps). 0: every H steps.
   double sync_every_s = 0.0;
 };
 
@@ -191,8 +193,7 @@ private:
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
   std::vector<bool> awaiting_;               // sent, and no newer round received since
   double now_ = 0.0;                         // the island's clock (set_time)
-  std::vector<double> sent_time_;            // time cadence: clock at the last send (or the heal) per fragment
-  std::vector<bool> sent_once_;              // time cadence: sent since the last heal
+  std::vector<double> next_due_;             // time cadence: when each fragment falls due next (NaN: before the first heal)
   std::vector<ErrorFeedbackEncoder> ef_;
   struct Adoption {
     long apply_at;
