@@ -231,7 +231,8 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
 }
 }  // namespace
 
-std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& syncer, const TlsFiles* tls, NetLog log) {
+std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& syncer, const TlsFiles* tls, NetLog log,
+                                     std::vector<DoorOptions::Target> only) {
   DoorOptions d;
   d.role = DoorOptions::Role::site;
   d.listen = Endpoint{"127.0.0.1", 0};
@@ -239,7 +240,9 @@ std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& synce
   if (tls) d.tls = *tls;
   d.peers = {cfg.net.syncer_name};
   // A replicated syncer: the door dials the replicas in turn until it reaches the leader.
-  for (const auto& r : cfg.syncers) d.targets.push_back({parse_endpoint(r.address), r.name});
+  if (!only.empty()) d.targets = std::move(only);
+  else
+    for (const auto& r : cfg.syncers) d.targets.push_back({parse_endpoint(r.address), r.name});
   d.admission.handshake_s = cfg.net.handshake_ms / 1000.0;
   d.log = std::move(log);
   return Door::open(std::move(d));

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "diloco/syncer_core.hpp"
+
 namespace diloco::actors {
 
 void IslandRecord::keep_state(std::shared_ptr<const IslandState> s) {
@@ -35,10 +37,7 @@ std::uint64_t SyncerRecord::keep_snapshot(std::shared_ptr<const Checkpoint> cp) 
 
 SyncerRecord::Held SyncerRecord::held() const {
   std::lock_guard lk(mu_);
-  // The global round is the oldest fragment round (SyncerCore::global_round), of the snapshot itself.
-  std::uint64_t round = 0;
-  if (snapshot_ && !snapshot_->rounds.empty()) round = *std::min_element(snapshot_->rounds.begin(), snapshot_->rounds.end());
-  return {snapshot_, generation_, round};
+  return {snapshot_, generation_, snapshot_ ? global_round_of(snapshot_->rounds) : 0};
 }
 
 void SyncerRecord::publish(std::span<const float> params, std::uint64_t round, bool new_round) {

@@ -234,13 +234,8 @@ int run_replica_process(const diloco::RunConfig& cfg_in, const NetFlags& f) {
       configure_runtime_system(sc, 1);
       configure_network(sc, cfg.net);
       caf::actor_system sys(sc);
-      DoorOptions dopt;
-      dopt.role = DoorOptions::Role::site;
-      dopt.listen = Endpoint{"127.0.0.1", 0};
-      dopt.targets = {{parse_endpoint(them.address), them.name}};
-      if (tls) dopt.tls = *tls;
-      dopt.admission.handshake_s = cfg.net.handshake_ms / 1000.0;
-      auto door = Door::open(dopt);
+      auto door = open_site_door(cfg, parse_endpoint(them.address), tls ? &*tls : nullptr, {},
+                                 {{parse_endpoint(them.address), them.name}});
       FollowOptions fo;
       fo.name = mine.name;
       fo.tls = tls.has_value();

@@ -62,6 +62,11 @@ void FaultTimeline::use_clock(std::function<double()> now) {
   clock_start_ = clock_();
 }
 
+double FaultTimeline::last_step_s() const {
+  std::lock_guard lk(mu_);
+  return last_step_;
+}
+
 /// Time to heal: from the injected fault to the unit working again (" [chip 0.1 healed in 0.5 s]").
 std::string FaultTimeline::healed(const std::string& unit, double t) {
   auto it = down_.find(unit);
@@ -77,6 +82,7 @@ void FaultTimeline::on(const Event& e) {
   const auto at = fmt::format("{:8.2f}s  ", t);
   if (e.kind == Event::Kind::step) {
     if (std::isfinite(e.loss)) loss_sum_ += e.loss, ++loss_count_;
+    last_step_ = std::max(last_step_, t);
     const int chips = islands_.chips_of(e.island);
     if (e.chips != chips) return;
     for (int c = 0; c < chips; ++c) {
@@ -191,6 +197,7 @@ void RoundTable::row(std::uint64_t round, double train_loss, double eval_loss, d
                     {"goodput", gp.goodput},
                     {"useful_chip_s", gp.useful_chip_s},
                     {"provisioned_chip_s", gp.provisioned_chip_s},
+                    {"stepped_chip_s", gp.stepped_chip_s},
                     {"downtime_s", gp.global_downtime_s},
                     {"live_islands", t.live_islands},
                     {"live_chips", t.live_chips},
@@ -271,6 +278,8 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"goodput", gp.goodput},
                      {"useful_chip_s", gp.useful_chip_s},
                      {"provisioned_chip_s", gp.provisioned_chip_s},
+                     {"stepped_chip_s", gp.stepped_chip_s},
+                     {"trained_s", timeline.last_step_s()},
                      {"downtime_s", gp.global_downtime_s},
                      {"faults", timeline.faults().size()},
                      {"faults_scheduled", faults_scheduled(rt)},

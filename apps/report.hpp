@@ -76,6 +76,9 @@ public:
   void print() const;
   /// Every fault as (seconds since the start, what), for --metrics.
   std::vector<std::pair<double, std::string>> faults() const;
+  /// When the last inner step of any island was taken (seconds since the start): the training
+  /// part of the run, before the final sync's wait.
+  double last_step_s() const;
 
 private:
   double since() const;
@@ -87,6 +90,7 @@ private:
   double clock_start_ = 0.0;
   double loss_sum_ = 0.0;
   long loss_count_ = 0;
+  double last_step_ = 0.0;
   std::vector<std::string> lines_;
   std::map<std::string, double> down_;  // unit → when its fault was injected (time to heal)
   std::vector<std::pair<double, std::string>> faults_;

@@ -2,6 +2,7 @@
 command line, its metrics file read back, and the shared pretrained start they all use."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -49,3 +50,19 @@ def pretrain(diloco, config, steps, out, sets=()):
                              f"inner.decay_steps={steps}", *sets],
             os.path.join(out, "pretrain.jsonl"), save=path)
     return path, r["summary"]
+
+
+def gnuplot(lines, script):
+    """Writes the gnuplot commands `lines` to `script` and runs gnuplot on it; returns whether it
+    drew (gnuplot missing or failing is said, never fatal)."""
+    gp = shutil.which("gnuplot")
+    if not gp:
+        print("gnuplot not installed (scripts/setup.sh --bench): no plot")
+        return False
+    with open(script, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    p = subprocess.run([gp, script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        print("gnuplot failed:\n" + p.stdout[-2000:])
+        return False
+    return True

@@ -44,8 +44,7 @@ def run(diloco, mode, mtbf, repair, seed, out, init=None, budget="total_tokens")
 
 
 def plot(results, rates, out):
-    gp = shutil.which("gnuplot")
-    if not gp:
+    if not shutil.which("gnuplot"):
         print("gnuplot not installed (scripts/setup.sh --bench): no plot")
         return None
     files = []
@@ -84,14 +83,7 @@ def plot(results, rates, out):
         series.append(f"'{d}' using 1:3 with lines lw 2 dt {dashes[mtbf]} lc rgb '{colours[mode]}' title '{label}'")
     g.append("plot " + ", ".join(series))
     g.append("unset multiplot")
-    script = os.path.join(out, "goodput.gp")
-    with open(script, "w") as f:
-        f.write("\n".join(g) + "\n")
-    p = subprocess.run([gp, script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        print("gnuplot failed:\n" + p.stdout[-2000:])
-        return None
-    return png
+    return png if diloco_runs.gnuplot(g, os.path.join(out, "goodput.gp")) else None
 
 
 def plot_runs(diloco, results, out):

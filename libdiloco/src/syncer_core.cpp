@@ -277,9 +277,11 @@ void SyncerCore::set_timing(double t_step, double t_sync) {
   }
 }
 
-std::uint64_t SyncerCore::global_round() const {
-  return rounds_.empty() ? 0 : *std::min_element(rounds_.begin(), rounds_.end());
+std::uint64_t global_round_of(std::span<const std::uint64_t> rounds) {
+  return rounds.empty() ? 0 : *std::min_element(rounds.begin(), rounds.end());
 }
+
+std::uint64_t SyncerCore::global_round() const { return global_round_of(rounds_); }
 
 const SyncerStats& SyncerCore::stats() const {
   stats_.rejected = inbox_.rejected();

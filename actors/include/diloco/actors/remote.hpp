@@ -80,7 +80,9 @@ std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at,
                                        const TlsFiles* tls, NetLog log);
 /// The door of a site process: its CAF dials the returned door's loopback port, and the door
 /// dials the syncer at `syncer`, requiring (with `tls`) a certificate for net.syncer_name.
-std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& syncer, const TlsFiles* tls, NetLog log);
+/// `only`: dial these replicas alone (a follower dials its leader) instead of every [[syncers]] one.
+std::unique_ptr<Door> open_site_door(const RunConfig& cfg, const Endpoint& syncer, const TlsFiles* tls, NetLog log,
+                                     std::vector<DoorOptions::Target> only = {});
 
 /// The syncer side. `ca_file` empty = insecure: a site is taken at its word (no proof).
 struct GatewayOptions {
