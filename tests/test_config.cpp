@@ -2,6 +2,8 @@
 #define BOOST_TEST_MODULE config
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+
 #include <limits>
 
 #include "bigram_model.hpp"
@@ -215,6 +217,16 @@ at_step = 3
   BOOST_TEST(mentions(problems_of("[train]\nislands = 2\n[islands]\ncounts = [1, 0, 2]\n"), "islands.counts: 3 entries"));
   BOOST_TEST(mentions(problems_of("[train]\nislands = 2\n[islands]\ncounts = [1, 0]\n"), "islands.counts: every entry"));
   BOOST_TEST(mentions(problems_of("[train]\nmode = \"ddp\"\nbudget = \"total_tokens\"\n"), "train.budget: \"total_tokens\" is for"));
+  // Found by the config fuzzer: an island count far out of range with [[sites]] cost one check and
+  // one message per island (a timeout); now the count is refused once and the sites checked
+  // against at most the largest count, and islands without a site are named up to eight.
+  {
+    const auto huge = problems_of("[train]\nislands = 407850\n\n[[sites]]\nname = \"a\"\nislands = [0, 5000]\n");
+    BOOST_TEST(mentions(huge, "train.islands: must be in [1, 1024]"));
+    BOOST_TEST(mentions(huge, "sites[0].islands: no island 5000"));
+    BOOST_TEST(mentions(huge, "sites: 1015 more islands belong to no site"));
+    BOOST_TEST(std::count(huge.begin(), huge.end(), '\n') < 20);
+  }
   BOOST_TEST(mentions(problems_of("[train]\nmode = \"ddp\"\n[[syncers]]\nname = \"s1\"\naddress = \"127.0.0.1:7001\"\n"),
                       "syncers: train.mode \"ddp\" has a parameter server, which is not replicated"));
   BOOST_TEST(mentions(problems_of("[train]\nfinal_sync_s = -1.0\n"), "train.final_sync_s: must be"));

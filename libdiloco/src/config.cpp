@@ -29,6 +29,7 @@ constexpr long double kMaxChaosEvents = 1e7;              // chaos.cpp refuses l
 constexpr float kMaxInitStd = 100.0f;
 constexpr double kMinSpeed = 1e-3;                        // a chip at speed s waits 1/s − 1 times its compute
 constexpr double kMaxLoss = 0.999;                        // a frame is sent 1/(1 − loss) times on average
+constexpr int kMaxIslands = 1024;                            // train.islands
 
 // A setting that names one of an enum's choices (choice.hpp), bound through its name table.
 struct ChoicePtr {
@@ -751,7 +752,8 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   add(validate(c.merge));
   add(validate(c.quorum));
   const auto& t = c.train;
-  if (t.islands < 1 || t.islands > 1024) e.push_back("train.islands: must be in [1, 1024] (got " + std::to_string(t.islands) + ")");
+  if (t.islands < 1 || t.islands > kMaxIslands)
+    e.push_back("train.islands: must be in [1, " + std::to_string(kMaxIslands) + "] (got " + std::to_string(t.islands) + ")");
   if (t.steps < 1) e.push_back("train.steps: must be ≥ 1 (got " + std::to_string(t.steps) + ")");
   if (t.budget == Budget::total_tokens && t.mode != TrainMode::decoupled)
     e.push_back("train.budget: \"total_tokens\" is for mode \"decoupled\" (the synchronous modes step together)");
@@ -839,13 +841,16 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
     if (!(ft.factor >= kMinSpeed && ft.factor <= 1.0)) e.push_back(key + ".factor: must be in [0.001, 1] (got " + shown(ft.factor) + ")");
   }
   if (!c.sites.empty()) {
-    std::vector<int> owner(static_cast<std::size_t>(std::max(t.islands, 0)), -1);
+    // At most the largest island count allowed (train.islands out of range is reported above):
+    // a count of 400,000 must not cost 400,000 checks and messages.
+    std::vector<int> owner(static_cast<std::size_t>(std::clamp(t.islands, 0, kMaxIslands)), -1);
     for (std::size_t k = 0; k < c.sites.size(); ++k) {
       const auto& st = c.sites[k];
       const std::string key = "sites[" + std::to_string(k) + "]";
       check_unique_name(e, key, st.name, c.sites, k);
       for (int i : st.islands) {
-        if (i >= t.islands) e.push_back(key + ".islands: no island " + std::to_string(i));
+        if (i < 0 || i >= t.islands || static_cast<std::size_t>(i) >= owner.size())
+          e.push_back(key + ".islands: no island " + std::to_string(i));
         else if (owner[static_cast<std::size_t>(i)] >= 0)
           e.push_back(key + ".islands: island " + std::to_string(i) + " is already at site \"" +
                       c.sites[static_cast<std::size_t>(owner[static_cast<std::size_t>(i)])].name + "\"");
@@ -858,8 +863,10 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
         e.push_back(key + ".jitter_ms: must not exceed the link's latency");
       if (st.latency_ms >= 0.0) check_not_too_long(e, key + ".latency_ms", st.latency_ms, 1e-3);
     }
+    std::size_t orphans = 0;
     for (std::size_t i = 0; i < owner.size(); ++i)
-      if (owner[i] < 0) e.push_back("sites: island " + std::to_string(i) + " belongs to no site");
+      if (owner[i] < 0 && ++orphans <= 8) e.push_back("sites: island " + std::to_string(i) + " belongs to no site");
+    if (orphans > 8) e.push_back("sites: " + std::to_string(orphans - 8) + " more islands belong to no site");
   }
   for (std::size_t k = 0; k < c.syncers.size(); ++k) {
     const auto& r = c.syncers[k];
