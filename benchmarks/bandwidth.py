@@ -274,8 +274,7 @@ def plot(res, out, target):
         g += ["unset arrow", "set autoscale y", "set ylabel 'nats/token'",
               f"set title 'Eval loss after the full budget{', against ddp at its threshold' if ddp_full else ''}'"]
         if ddp_full:
-            g.append(f"set arrow from graph 0, first {ddp_full['eval_loss']} to graph 1, first {ddp_full['eval_loss']} "
-                     "nohead dt 2 lc rgb '#d62728'")
+            series_l.append(f"{ddp_full['eval_loss']} with lines dt 2 lw 2 lc rgb '#d62728' title 'ddp at its threshold'")
         g.append("plot " + ", ".join(series_l))
     g.append("unset multiplot")
     return png if diloco_runs.gnuplot(g, os.path.join(out, "bandwidth.gp")) else None
