@@ -22,6 +22,7 @@
 
 #include "diloco/actors/runtime.hpp"
 #include "diloco/run_state.hpp"
+#include "diloco/syncer_core.hpp"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -99,8 +100,7 @@ std::pair<std::vector<float>, std::uint64_t> resume_islands(diloco::actors::Runt
   if (!cp) throw std::runtime_error("--state " + s.dir->dir + ": " + cp.error().message());
   for (auto& is : cp->islands) rt.resume_island(std::move(is));
   for (std::size_t i = 0; i < s.progress.tokens.size(); ++i) rt.islands[i].tokens = s.progress.tokens[i];
-  // The global round is the fragments' lowest (SyncerCore::global_round).
-  std::uint64_t round = cp->rounds.empty() ? 0 : *std::min_element(cp->rounds.begin(), cp->rounds.end());
+  const std::uint64_t round = diloco::global_round_of(cp->rounds);
   return {std::move(cp->params), round};
 }
 

@@ -58,7 +58,7 @@ def main():
     ap.add_argument("--diloco", default=diloco_runs.DEFAULT_DILOCO)
     ap.add_argument("--steps", type=int, default=1000, help="inner steps per island of the full runs (the loss)")
     ap.add_argument("--sweep-steps", type=int, default=300, help="inner steps per island of the sweep's runs")
-    ap.add_argument("--target", type=float, default=0.95, help="compute utilisation (and goodput) to keep")
+    ap.add_argument("--target", type=float, default=0.95, help="steady-state compute utilisation to keep")
     ap.add_argument("--refine", type=int, default=3, help="halvings of the last decade in log space")
     ap.add_argument("--own-gap", type=float, default=0.01,
                     help="decoupled: largest eval loss above its own at R = 0.01 (what the link may cost it)")
@@ -171,6 +171,7 @@ def main():
         r = {"threshold_R_utilisation": R_util, "bounded": bounded}
         if R_util is not None:
             r["full"] = full(R_util)
+            r["loss_vs_ddp"] = None
             if mode == "ddp":
                 ddp_loss = r["full"]["eval_loss"]
             r["loss_vs_ddp"] = r["full"]["eval_loss"] / ddp_loss - 1.0 if ddp_loss else None
@@ -201,10 +202,12 @@ def main():
             print(f"{mode:10s} none: below target even at R = {R_MIN:g}")
             continue
         bound = "" if r["bounded"] else f" (utilisation met up to R = {R_MAX:g}, the largest tried)"
+        vs = f"{100 * r['loss_vs_ddp']:+7.2f}%" if r.get("loss_vs_ddp") is not None else "    n/a"
         print(f"{mode:10s} {r['threshold_R']:10.4g} {r['threshold_mbps']:12.4g} {r['threshold_gbps_12b']:12.4g} "
-              f"{r['full']['eval_loss']:9.4f} {100 * r['loss_vs_ddp']:+7.2f}%{bound}")
+              f"{r['full']['eval_loss']:9.4f} {vs}{bound}")
     summary = {}
-    if res.get("ddp", {}).get("threshold_R") and res.get("decoupled", {}).get("threshold_R"):
+    if (res.get("ddp", {}).get("threshold_R") and res.get("decoupled", {}).get("threshold_R")
+            and res["decoupled"].get("loss_vs_ddp") is not None):
         ratio = res["decoupled"]["threshold_R"] / res["ddp"]["threshold_R"]
         within = res["decoupled"]["loss_vs_ddp"] <= 0.03
         summary = {"ddp_over_decoupled_bandwidth": ratio, "decoupled_loss_vs_ddp": res["decoupled"]["loss_vs_ddp"],

@@ -227,6 +227,25 @@ at_step = 3
     BOOST_TEST(mentions(huge, "sites: 1015 more islands belong to no site"));
     BOOST_TEST(std::count(huge.begin(), huge.end(), '\n') < 20);
   }
+  // Siblings the review found: a partition fault looked its site up island by island (2^31 of
+  // them here), and n unnamed sites or replicas said "used twice" n²/2 times.
+  {
+    const auto huge = problems_of("[train]\nislands = 2147483647\n[[faults]]\nkill = \"partition\"\nsite = \"island-7\"\n"
+                                  "at_s = 1.0\nduration_s = 1.0\n");
+    BOOST_TEST(mentions(huge, "train.islands: must be in [1, 1024]"));
+    BOOST_TEST(!mentions(huge, "no such site"));  // island-7 is a site of the run as written
+    BOOST_TEST(mentions(problems_of("[train]\nislands = 2\n[[faults]]\nkill = \"partition\"\nsite = \"island-2\"\n"
+                                    "at_s = 1.0\nduration_s = 1.0\n"),
+                        "faults[0].site: no such site \"island-2\""));
+    std::string many = "[train]\nislands = 1\n";
+    for (int k = 0; k < 300; ++k) many += "[[sites]]\n[[syncers]]\n";
+    const auto twice = problems_of(many);
+    std::size_t used = 0, also = 0;
+    for (std::size_t at = 0; (at = twice.find("is used twice", at)) != std::string::npos; ++at) ++used;
+    for (std::size_t at = 0; (at = twice.find("is also a site's name", at)) != std::string::npos; ++at) ++also;
+    BOOST_TEST(used == 2u);   // once for the sites' repeated "", once for the replicas'
+    BOOST_TEST(also == 300u);  // at most once per replica
+  }
   BOOST_TEST(mentions(problems_of("[train]\nmode = \"ddp\"\n[[syncers]]\nname = \"s1\"\naddress = \"127.0.0.1:7001\"\n"),
                       "syncers: train.mode \"ddp\" has a parameter server, which is not replicated"));
   BOOST_TEST(mentions(problems_of("[train]\nfinal_sync_s = -1.0\n"), "train.final_sync_s: must be"));

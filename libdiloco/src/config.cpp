@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <string_view>
 #include <variant>
 
 #include "diloco/codec.hpp"
@@ -256,8 +257,11 @@ void check_unique_name(std::vector<std::string>& e, const std::string& key, cons
   if (name.empty() || name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
                           std::string::npos)
     e.push_back(key + ".name: must be non-empty letters, digits, '.', '_' or '-' (got \"" + name + "\")");
-  for (std::size_t j = 0; j < k; ++j)
-    if (list[j].name == name) e.push_back(key + ".name: \"" + name + "\" is used twice");
+  // Said once per repeated name (at its second use): a list of n equal names costs n checks of
+  // the earlier ones, not n²/2 messages.
+  std::size_t earlier = 0;
+  for (std::size_t j = 0; j < k && earlier < 2; ++j) earlier += list[j].name == name;
+  if (earlier == 1) e.push_back(key + ".name: \"" + name + "\" is used twice");
 }
 
 // Keys of one [[syncers]] table.
@@ -718,6 +722,16 @@ int replica_index(const RunConfig& c, const std::string& name) {
 }
 
 int site_index(const RunConfig& c, const std::string& name) {
+  if (c.sites.empty()) {
+    // Every island is a site of its own, "island-N": read N (no loop over a count that may be
+    // out of range while the configuration is checked).
+    constexpr std::string_view prefix = "island-";
+    if (name.size() <= prefix.size() || name.size() > prefix.size() + 9 || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.find_first_not_of("0123456789", prefix.size()) != std::string::npos || (name[prefix.size()] == '0' && name.size() > prefix.size() + 1))
+      return -1;
+    const long n = std::stol(name.substr(prefix.size()));
+    return n < c.train.islands ? static_cast<int>(n) : -1;
+  }
   for (int s = 0; s < site_count(c); ++s)
     if (site_name(c, s) == name) return s;
   return -1;
@@ -873,7 +887,10 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
     const std::string key = "syncers[" + std::to_string(k) + "]";
     check_unique_name(e, key, r.name, c.syncers, k);
     for (std::size_t s = 0; s < c.sites.size(); ++s)
-      if (c.sites[s].name == r.name) e.push_back(key + ".name: \"" + r.name + "\" is also a site's name");
+      if (c.sites[s].name == r.name) {
+        e.push_back(key + ".name: \"" + r.name + "\" is also a site's name");
+        break;
+      }
     const auto colon = r.address.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == r.address.size() ||
         r.address.find_first_not_of("0123456789", colon + 1) != std::string::npos || r.address.size() - colon > 6 ||

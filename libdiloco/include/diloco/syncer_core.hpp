@@ -18,11 +18,11 @@
 
 namespace diloco {
 
-/// Settings of the syncer (Decoupled DiLoCo, arXiv 2604.21428).
 /// The global round of per-fragment rounds: their minimum (every fragment merged at least that
 /// often); 0 for none. SyncerCore::global_round, and the round of a kept snapshot.
 std::uint64_t global_round_of(std::span<const std::uint64_t> rounds);
 
+/// Settings of the syncer (Decoupled DiLoCo, arXiv 2604.21428).
 struct SyncerSettings {
   int islands = 1;               // known senders 0..islands-1
   MergeConfig merge;
