@@ -44,7 +44,7 @@ import tempfile
 import tomllib
 
 import diloco_runs
-from wan_speedup import model_bytes_of, step_time
+from wan_speedup import link_totals, model_bytes_of, step_time
 
 MODES = ("ddp", "diloco", "streaming", "decoupled")
 R_MIN, R_MAX = 1e-5, 1e6  # the range searched (decades)
@@ -120,7 +120,7 @@ def main():
              "utilisation": steady_utilisation(full["rounds"], s), "goodput": s["goodput"],
              "utilisation_whole_run": s["stepped_chip_s"] / prov if prov > 0 else 0.0,
              "eval_loss": s["final_eval_loss"], "virtual_s": s["seconds"],
-             "link_bytes": sum(l["up_bytes"] + l["down_bytes"] for l in s.get("links", []))}
+             "link_bytes": link_totals(s)["bytes"]}
         r["ok"] = r["utilisation"] >= a.target
         print(f"{mode:10s} R {R:10.4g} {r['mbps']:11.4g} Mbit/s  utilisation {100 * r['utilisation']:5.1f}% "
               f"(whole run {100 * r['utilisation_whole_run']:5.1f}%)  goodput "
