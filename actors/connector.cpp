@@ -107,7 +107,19 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
     self->quit();
   };
   auto authenticate = [=](caf::actor gw) {
-    self->request(gw, std::chrono::seconds(10), hello_atom::value, o.site, frame_of(cert))
+    // A joiner says what it brings; a site of the configuration, only who it is.
+    auto hello = [=] {
+      if (o.join_islands <= 0) return self->request(gw, std::chrono::seconds(10), hello_atom::value, o.site, frame_of(cert));
+      JoinAsk ask;
+      ask.site = o.site;
+      ask.cert = frame_of(cert);
+      ask.islands = o.join_islands;
+      if (o.held)
+        for (int i : o.held()) ask.held.push_back(i);
+      ask.layout = o.layout;
+      return self->request(gw, std::chrono::seconds(10), hello_atom::value, std::move(ask));
+    };
+    hello()
         .then(
             [=](const WireFrame& nonce) {
               std::string err;
@@ -139,6 +151,13 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
                         }
                         if (!s.over.bytes.empty()) {
                           hear_over(s.over);
+                          return;
+                        }
+                        if (!s.refused.empty()) {  // a joiner the run will not take: no point dialing again
+                          st.over = true;
+                          log("refused by the syncer: " + s.refused + "; not reconnecting");
+                          if (o.on_refused) o.on_refused(s.refused);
+                          self->quit();
                           return;
                         }
                         if (!s.relay) {

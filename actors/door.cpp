@@ -376,7 +376,7 @@ struct Door::Impl {
         char cn[256] = "";
         if (cert) X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
         name = cn;
-        if (std::find(o.peers.begin(), o.peers.end(), name) == o.peers.end())
+        if (name.empty() || (!o.any_peer && std::find(o.peers.begin(), o.peers.end(), name) == o.peers.end()))
           return end(c, Ending::refused, "certificate CN=" + name + " is not a site of this run");
       } else {
         name = server_name(c);  // checked by SSL_set1_host

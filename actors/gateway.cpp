@@ -47,16 +47,14 @@ struct RelayState {
 };
 
 caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr<Runtime> rt, int site,
-                          caf::actor syncer, caf::actor connector, NetLog log) {
-  detail::guard(self, "relay " + site_name(rt->cfg, site));
+                          std::string name, std::vector<int> mine, caf::actor syncer, caf::actor connector, NetLog log) {
+  detail::guard(self, "relay " + name);
   auto& st = self->state;
   st.syncer = syncer;
   st.connector = connector;
   st.last_heard = detail::now_s(self);
   self->monitor(syncer);
   self->monitor(connector);
-  const std::string name = site_name(rt->cfg, site);
-  const auto mine = islands_of_site(rt->cfg, site);
   const caf::node_id peer = connector.node();
   // Counted and reported as the syncer's own refusals are (the app prints rejected events).
   auto refuse = [self, rt, name, site](const std::string& why) {
@@ -156,6 +154,18 @@ struct Pending {
   std::string site;
   Bytes cert;
   Bytes nonce;
+  int want = 0;             // a joiner: the islands it asks for (0: a site of the configuration)
+  std::vector<int> held;    // a joiner: the islands it trains already
+  std::string layout;       // a joiner: its model's layout_signature
+};
+
+// A joiner's open islands: held while it is in session, and for net.join_lease_ms after it was
+// lost (its islands and their data parts wait for its return); given back at once when it left.
+struct Claim {
+  std::vector<int> islands;
+  int number = -1;         // its session number (GatewayRecord)
+  bool live = false;       // in session
+  double expires = 0.0;    // not live: free again at this time (the gateway's clock, s)
 };
 
 // A follower replica in session: its name, what it acknowledged (by asking for more).
@@ -176,6 +186,8 @@ struct GatewayState {
   std::map<int, caf::node_id> nodes;           // site → the node of its live session
   WireFrame over;                              // the run is over: this RunOver frame, the answer to every site
   std::string over_text;                       // ... as log lines say it
+  std::map<std::string, Claim> claims;         // joiners, by name
+  std::map<int, std::string> names;            // session number → the joiner's name
 };
 
 caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
@@ -187,12 +199,39 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   };
   // A relay ends with its session (connection closed, heartbeat lost, syncer restarted): the
   // site is free for its next claimant.
-  self->set_down_handler([self](caf::down_msg& m) {
-    auto& ss = self->state.sessions;
+  // A joiner's islands go back to the open pool: free for the next joiner, waited for by nobody.
+  auto release = [self, rt, o](const std::string& name) {
+    auto& st = self->state;
+    auto c = st.claims.find(name);
+    if (c == st.claims.end()) return;
+    for (int i : c->second.islands) rt->gateway.vacant[static_cast<std::size_t>(i)] = true;
+    if (o.log) o.log("joiner " + name + "'s islands are open again");
+    st.names.erase(c->second.number);
+    st.claims.erase(c);
+  };
+  self->set_down_handler([self, rt, release](caf::down_msg& m) {
+    auto& st = self->state;
+    auto& ss = st.sessions;
     for (auto it = ss.begin(); it != ss.end(); ++it)
       if (it->second.address() == m.source) {
-        self->state.nodes.erase(it->first);
+        const int number = it->first;
+        st.nodes.erase(number);
         ss.erase(it);
+        auto n = st.names.find(number);
+        if (n == st.names.end()) return;
+        auto& c = st.claims[n->second];
+        c.live = false;
+        rt->gateway.joiners = std::max(0, rt->gateway.joiners.load() - 1);
+        // Left (its islands finished): open at once. Lost: kept for its return until the lease runs out.
+        bool finished = true;
+        for (int i : c.islands) finished = finished && rt->syncer.finished[static_cast<std::size_t>(i)].load();
+        if (finished) {
+          release(n->second);
+          return;
+        }
+        const double lease = rt->cfg.net.join_lease_ms / 1000.0;
+        c.expires = detail::now_s(self) + lease;
+        self->delayed_send(self, detail::micros(lease + 0.001), pulse_atom::value);
         return;
       }
   });
@@ -210,10 +249,95 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         return Error{errc::unexpected_message, who + " '" + x.site + "' not authenticated: " + why};
     return x;
   };
-  auto told = [self, rt, o](int site, const std::string& how) {
+  // How log lines name session number `site`: the configuration's name, or the joiner's.
+  auto name_of = [self, rt](int site) {
+    if (site < site_count(rt->cfg)) return site_name(rt->cfg, site);
+    auto n = self->state.names.find(site);
+    return n == self->state.names.end() ? "joiner #" + std::to_string(site) : n->second;
+  };
+  auto told = [self, rt, o, name_of](int site, const std::string& how) {
     ++rt->gateway.run_over_sent;
-    rt->gateway.told_over[static_cast<std::size_t>(site)] = true;
-    if (o.log) o.log("site " + site_name(rt->cfg, site) + " " + how + ": run over (" + self->state.over_text + ")");
+    if (site >= 0) rt->gateway.told_over[static_cast<std::size_t>(site)] = true;
+    if (o.log) o.log("site " + (site >= 0 ? name_of(site) : std::string("(a joiner)")) + " " + how + ": run over (" + self->state.over_text + ")");
+  };
+  // A joiner proven by `x` (net.allow_join): its islands, or the reason it is refused. A refusal
+  // for good (it will never be taken) comes back in the session's `refused`; one that may pass
+  // later (its name has a live session) as an error, and its connector dials again.
+  auto join = [self, rt, o, refuse](const Pending& x, const caf::actor_addr& from) -> caf::result<SiteSession> {
+    auto& st = self->state;
+    SiteSession s;
+    s.term = o.term;
+    auto no = [&](const std::string& why) {
+      refuse("joiner '" + x.site + "' refused: " + why);
+      s.refused = why;
+      return s;
+    };
+    const auto open = open_islands(rt->cfg);
+    if (!rt->cfg.net.allow_join || open.empty()) return no("this run takes no joiners (net.allow_join)");
+    if (site_index(rt->cfg, x.site) >= 0) return no("the name '" + x.site + "' is a site of the configuration");
+    for (const auto& r : rt->cfg.syncers)
+      if (r.name == x.site) return no("the name '" + x.site + "' is a syncer replica's");
+    if (const auto mine = layout_signature(rt->layout_model->layout()); x.layout != mine)
+      return no("its model differs: it brings " + x.layout + ", the run trains " + mine);
+    auto c = st.claims.find(x.site);
+    if (c != st.claims.end() && c->second.live)
+      return refuse("joiner '" + x.site + "' already has a live session (from node " +
+                    caf::to_string(st.nodes[c->second.number]) + "); refused the claim from node " +
+                    caf::to_string(from.node()));
+    std::vector<int> got;
+    if (c != st.claims.end()) {
+      got = c->second.islands;  // back within its lease: the same islands, the same data
+    } else {
+      auto free = [&](int i) {
+        return std::find(open.begin(), open.end(), i) != open.end() && rt->gateway.vacant[static_cast<std::size_t>(i)].load() &&
+               !rt->budget_spent(rt->syncer.heard_step[static_cast<std::size_t>(i)].load());
+      };
+      for (int i : x.held)
+        if (free(i) && std::find(got.begin(), got.end(), i) == got.end()) got.push_back(i);
+      if (!x.held.empty() && got.size() != x.held.size())
+        return no("the islands it trained were given to another joiner after its lease ran out");
+      for (int i : open)
+        if (static_cast<int>(got.size()) < x.want && free(i) && std::find(got.begin(), got.end(), i) == got.end())
+          got.push_back(i);
+      if (static_cast<int>(got.size()) < x.want) {
+        int n = 0;
+        for (int i : open) n += free(i) ? 1 : 0;
+        return no("it asks for " + std::to_string(x.want) + " islands and " + std::to_string(n) + " of the run's " +
+                  std::to_string(open.size()) + " open islands are free");
+      }
+      std::sort(got.begin(), got.end());
+    }
+    auto syncer = rt->dir.syncer();
+    if (!syncer) return caf::make_error(caf::sec::request_receiver_down, "the syncer is restarting");
+    const bool back = c != st.claims.end();  // within its lease
+    const int number = site_count(rt->cfg) + got.front();
+    auto connector = caf::actor_cast<caf::actor>(from);
+    auto relay = self->spawn(relay_actor, rt, number, x.site, got, syncer, connector, o.log);
+    self->monitor(relay);
+    st.sessions[number] = relay;
+    st.nodes[number] = from.node();
+    st.names[number] = x.site;
+    auto& claim = st.claims[x.site];
+    claim.islands = got;
+    claim.number = number;
+    claim.live = true;
+    ++rt->gateway.joiners;
+    s.relay = relay;
+    for (int i : got) {
+      rt->gateway.vacant[static_cast<std::size_t>(i)] = false;
+      s.islands.push_back(i);
+      s.steps.push_back(rt->syncer.heard_step[static_cast<std::size_t>(i)].load());
+      // An island taken over from a joiner that left trains on (its finish was the leaver's).
+      s.finished.push_back(back && rt->syncer.finished[static_cast<std::size_t>(i)].load() ? 1 : 0);
+    }
+    if (o.log) {
+      std::string list;
+      for (int i : got) list += (list.empty() ? "" : ",") + std::to_string(i);
+      o.log("joiner " + x.site + (o.ca_file.empty() ? " connected (insecure: identity not checked)"
+                                                     : " authenticated (certificate CN=" + x.site + ", key proven)") +
+            ", takes open islands " + list + ", from node " + caf::to_string(from.node()));
+    }
+    return s;
   };
   return {
       [=](over_atom a, const WireFrame& w) {
@@ -233,6 +357,35 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
           told(site, "told in session");
         }
       },
+      [=](pulse_atom) {
+        // A lost joiner's lease may have run out (timers from this actor only).
+        auto from = self->current_sender();
+        if (!from || from->node() != self->node()) return;
+        std::vector<std::string> expired;
+        for (const auto& [name, c] : self->state.claims)
+          if (!c.live && c.expires <= detail::now_s(self)) expired.push_back(name);
+        for (const auto& name : expired) release(name);
+      },
+      [=](hello_atom, JoinAsk& ask) -> caf::result<WireFrame> {
+        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        if (!from) return refuse("hello without a sender");
+        if (ask.site.empty() || ask.site.size() > 256 || ask.islands <= 0 || ask.islands > rt->cfg.train.islands ||
+            ask.held.size() > static_cast<std::size_t>(rt->cfg.train.islands) || ask.layout.size() > 1024)
+          return refuse("a malformed join request");
+        std::vector<int> held;
+        for (auto i : ask.held) {
+          if (i < 0 || i >= rt->cfg.train.islands) return refuse("a join request holding island " + std::to_string(i));
+          held.push_back(static_cast<int>(i));
+        }
+        if (!held.empty() && held.size() != static_cast<std::size_t>(ask.islands))
+          return refuse("a join request holding " + std::to_string(held.size()) + " islands and asking for " + std::to_string(ask.islands));
+        auto& p = self->state.pending;
+        if (p.size() >= 256) p.erase(p.begin());
+        Pending x{ask.site, std::move(ask.cert.bytes), random_nonce(), ask.islands, std::move(held), std::move(ask.layout)};
+        auto nonce = frame_of(x.nonce);
+        p[from] = std::move(x);
+        return nonce;
+      },
       [=](hello_atom, const std::string& site, const WireFrame& cert) -> caf::result<WireFrame> {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (!from) return refuse("hello without a sender");
@@ -249,7 +402,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         auto proven = take_proof(self->state.pending, "site", sig);
         if (!from || !proven) return refuse(proven ? "proof without a sender" : proven.error().reason);
         const Pending x = std::move(*proven);
-        const int site = site_index(rt->cfg, x.site);
+        const int site = x.want > 0 ? -1 : site_index(rt->cfg, x.site);
         if (!self->state.over.bytes.empty()) {  // proven, but the run ended: no session, the word that it is over
           SiteSession s;
           s.over = self->state.over;
@@ -259,6 +412,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         }
         if (rt->leading && !rt->leading())  // a deposed leader serves nobody (the app closes its door)
           return refuse("site '" + x.site + "' refused: this replica no longer leads (term " + std::to_string(o.term) + ")");
+        if (x.want > 0) return join(x, caf::actor_cast<caf::actor_addr>(from));
+        if (site < 0) return refuse("site '" + x.site + "' is not a site of the configuration");
         auto syncer = rt->dir.syncer();
         if (!syncer) return caf::make_error(caf::sec::request_receiver_down, "the syncer is restarting");
         auto& relay = self->state.sessions[site];
@@ -269,7 +424,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
                         caf::to_string(self->state.nodes[site]) + "); refused the claim from node " +
                         caf::to_string(from->node()));
         auto connector = caf::actor_cast<caf::actor>(from);
-        relay = self->spawn(relay_actor, rt, site, syncer, connector, o.log);
+        relay = self->spawn(relay_actor, rt, site, x.site, islands_of_site(rt->cfg, site), syncer, connector, o.log);
         self->monitor(relay);
         self->state.nodes[site] = from->node();
         SiteSession s;
@@ -370,6 +525,7 @@ std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at,
   if (tls) d.tls = *tls;
   for (int s = 0; s < site_count(cfg); ++s) d.peers.push_back(site_name(cfg, s));
   for (const auto& r : cfg.syncers) d.peers.push_back(r.name);  // followers of a replicated syncer
+  d.any_peer = cfg.net.allow_join;
   d.admission = {static_cast<std::size_t>(cfg.net.pending_per_address), static_cast<std::size_t>(cfg.net.pending_total),
                  cfg.net.handshake_ms / 1000.0};
   d.log = std::move(log);

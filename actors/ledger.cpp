@@ -92,7 +92,7 @@ InvariantSettings invariant_settings(const Run& run) {
 }  // namespace
 
 Ledger::Ledger(const Run& run, std::function<void(const Event&)> on_event)
-    : islands(static_cast<std::size_t>(run.cfg.train.islands)), syncer(run), gateway(site_count(run.cfg)),
+    : islands(static_cast<std::size_t>(run.cfg.train.islands)), syncer(run), gateway(site_count(run.cfg), run.cfg.train.islands),
       goodput_(initial_goodput(run)), invariants_(invariant_settings(run)), on_event_(std::move(on_event)) {
   for (int i = 0; i < run.cfg.train.islands; ++i) chips.emplace_back(static_cast<std::size_t>(run.cfg.islands.chips_of(i)));
 }

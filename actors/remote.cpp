@@ -25,6 +25,7 @@ TlsFiles tls_files(const std::string& dir, const std::string& name) {
 
 void configure_network(caf::actor_system_config& cfg, const NetConfig& net) {
   cfg.add_message_type<SiteSession>("diloco.SiteSession");
+  cfg.add_message_type<JoinAsk>("diloco.JoinAsk");
   cfg.add_message_type<ReplicaUpdate>("diloco.ReplicaUpdate");
   cfg.load<caf::io::middleman>();
   // BASP's own heartbeats and timeout close a silent connection, which kills its proxies: the

@@ -50,9 +50,10 @@ bool Runtime::budget_spent(long step) const { return diloco::budget_spent(budget
 
 bool Runtime::trained() const {
   // An island's own record, or what the syncer heard of it (a syncer-only process runs none).
+  // An open island no joiner holds is not waited for.
   std::vector<long> steps;
   for (std::size_t i = 0; i < islands.size(); ++i)
-    steps.push_back(std::max(islands[i].step.load(), syncer.heard_step[i].load()));
+    if (!gateway.vacant[i].load()) steps.push_back(std::max(islands[i].step.load(), syncer.heard_step[i].load()));
   return all_trained(budget, steps, tally().tokens);
 }
 

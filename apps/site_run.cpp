@@ -156,6 +156,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
       tl->line(*line);
     }
   });
+  for (int i : open_islands(cfg)) rt->gateway.vacant[static_cast<std::size_t>(i)] = true;  // until a joiner takes it
   if (lead) {
     rt->leading = lead->holds;
     rt->leader_term = lead->term;
@@ -226,6 +227,10 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   const std::string config = f.config.empty() ? "CONFIG" : f.config;
   if (lead) std::printf("sites find the leader among [[syncers]]; join with:\n");
   else std::printf("join with:\n");
+  if (const auto open = open_islands(cfg); cfg.net.allow_join && !open.empty())
+    std::printf("  diloco site %s --site NAME --join --islands N%s%s   # a site not in the config: open islands %s\n",
+                config.c_str(), lead ? "" : (" --connect " + addr).c_str(),
+                f.insecure ? " --insecure" : (" --certs " + certs).c_str(), list(open).c_str());
   for (int s = 0; s < site_count(cfg); ++s)
     if (lead)
       std::printf("  diloco site %s --site %s%s   # islands %s\n", config.c_str(), site_name(cfg, s).c_str(),
@@ -258,8 +263,8 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   WatchRules rules;
   rules.done = [&] {
     if (!rt->final_sync()) return rt->trained();
-    for (const auto& f : rt->syncer.finished)
-      if (!f.load()) return false;
+    for (std::size_t i = 0; i < rt->syncer.finished.size(); ++i)
+      if (!rt->syncer.finished[i].load() && !rt->gateway.vacant[i].load()) return false;
     return true;
   };
   rules.trained = [&] { return rt->trained(); };
@@ -364,17 +369,32 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   return violations == 0 ? 0 : 1;
 }
 
-int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
+int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
   using namespace diloco;
   using namespace diloco::actors;
   refuse_mode(cfg);
   const int site = site_index(cfg, f.site);
-  if (site < 0) {
+  if (f.join) {
+    // A joiner: the syncer says which islands it trains once it has proven its name.
+    if (site >= 0)
+      throw ConfigError({"--join: \"" + f.site + "\" is a site of the configuration; start it without --join"});
+    if (!cfg.net.allow_join || open_islands(cfg).empty())
+      throw ConfigError({"--join: this configuration takes no joiners (net.allow_join = false, or no island is left "
+                         "out of [[sites]])"});
+  } else if (site < 0) {
     std::string known;
     for (int s = 0; s < site_count(cfg); ++s) known += (s ? ", " : "") + site_name(cfg, s);
-    throw ConfigError({"--site: no site \"" + f.site + "\" in the topology (sites: " + known + ")"});
+    throw ConfigError({"--site: no site \"" + f.site + "\" in the topology (sites: " + known +
+                       (cfg.net.allow_join ? "); a site not in it joins with --join" : ")")});
   }
-  const auto mine = islands_of_site(cfg, site);
+  if (f.chips > 0) {
+    cfg.islands.chips = f.chips;
+    cfg.islands.counts.assign(static_cast<std::size_t>(cfg.train.islands), f.chips);
+  }
+  // A joiner's islands are known from its first session on (set on the connector's thread
+  // before `first`, read after it).
+  auto granted = std::make_shared<std::vector<int>>();
+  std::vector<int> mine = f.join ? std::vector<int>{} : islands_of_site(cfg, site);
   // --state: this site's islands' own states, written whenever one of them sends.
   std::optional<RunStateDir> state;
   if (!f.state.empty()) {
@@ -399,7 +419,8 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
   configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
-  auto server = serve_http(http_at, *rt, "site", mine, actor_clock(sys), *monitor);
+  // A joiner's page starts once it knows its islands.
+  auto server = f.join ? nullptr : serve_http(http_at, *rt, "site", mine, actor_clock(sys), *monitor);
 
   auto first = std::make_shared<std::atomic<bool>>(false);
   auto gave_up = std::make_shared<std::atomic<bool>>(false);
@@ -415,6 +436,16 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
   co.max_attempts = f.max_attempts;
   co.log = [tl, name = f.site](const std::string& s) { tl->line(name + ": " + s); };
   co.on_give_up = [gave_up] { gave_up->store(true); };
+  auto refused = std::make_shared<std::optional<std::string>>();  // set once, before gave_up
+  if (f.join) {
+    co.join_islands = f.join_islands;
+    co.layout = layout_signature(rt->layout_model->layout());
+    co.held = [granted, first] { return first->load() ? *granted : std::vector<int>{}; };
+    co.on_refused = [refused, gave_up](const std::string& why) {
+      *refused = why;
+      gave_up->store(true);
+    };
+  }
   // The syncer's word that the run is over, set once from the connector's thread.
   struct Told {
     std::mutex mu;
@@ -437,8 +468,13 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     return o.outcome == RunOutcome::finished ? 0 : 1;
   };
   auto already_finished = std::make_shared<std::atomic<bool>>(false);
-  co.on_session = [rt, first, mine, already_finished](const SiteSession& s) {
+  co.on_session = [rt, first, mine, granted, join = f.join, already_finished](const SiteSession& s) mutable {
     if (first->load()) return;
+    if (join) {
+      for (auto i : s.islands)
+        if (i >= 0 && i < rt->cfg.train.islands) granted->push_back(static_cast<int>(i));
+      mine = *granted;
+    }
     // Restarted after its last step: every island of this site finished at the syncer.
     bool all_finished = !mine.empty();
     for (int i : mine) {
@@ -464,8 +500,12 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     syncers = "the leader of";
     for (const auto& r : cfg.syncers) syncers += " " + r.name + "@" + r.address;
   }
-  std::printf("diloco site %s: islands %s, %d chips each; syncer at %s (%s)\n", f.site.c_str(), list(mine).c_str(),
-              cfg.islands.chips, syncers.c_str(), tls ? "mutual TLS" : "INSECURE");
+  if (f.join)
+    std::printf("diloco site %s: joins with %d islands, %d chips each; syncer at %s (%s)\n", f.site.c_str(),
+                f.join_islands, cfg.islands.chips, syncers.c_str(), tls ? "mutual TLS" : "INSECURE");
+  else
+    std::printf("diloco site %s: islands %s, %d chips each; syncer at %s (%s)\n", f.site.c_str(), list(mine).c_str(),
+                cfg.islands.chips, syncers.c_str(), tls ? "mutual TLS" : "INSECURE");
   std::fflush(stdout);
   catch_leave_signals();
   auto connector = spawn_connector(sys, rt, co);
@@ -479,8 +519,19 @@ int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f) {
     return 0;
   }
   if (gave_up->load()) {
+    if (*refused) {
+      std::printf("site %s: refused by the syncer: %s\n", f.site.c_str(), refused->value().c_str());
+      std::fflush(stdout);
+      return 4;
+    }
     std::printf("site %s: could not join the syncer\n", f.site.c_str());
     return 3;
+  }
+  if (f.join) {
+    mine = *granted;
+    std::printf("site %s: joined the run with open islands %s\n", f.site.c_str(), list(mine).c_str());
+    std::fflush(stdout);
+    server = serve_http(http_at, *rt, "site", mine, actor_clock(sys), *monitor);
   }
   if (already_finished->load()) {
     std::printf("done: site %s, islands %s already finished (the syncer holds their last contributions); nothing "

@@ -20,6 +20,9 @@ struct NetFlags {
   int max_attempts = 0;  // site: failed connection attempts in a row before giving up (0: never)
   std::string http;      // --http: metrics and status page ([HOST:]PORT; "" = off)
   std::string replica;   // syncer: --replica NAME, one of [[syncers]] (replicated syncer)
+  bool join = false;     // site: --join, a site not in the config takes open islands (net.allow_join)
+  int join_islands = 1;  // site: --islands N with --join
+  int chips = 0;         // site: --chips C, chips per island of this site (0: the config's)
 };
 
 /// A replicated syncer's leader (apps/replica_run.cpp): its term, whether it still holds its
@@ -38,4 +41,4 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
 /// directory) until etcd elects it, then leads; again a follower if it loses its lease.
 int run_replica_process(const diloco::RunConfig& cfg, const NetFlags& f);
 /// Runs one site's islands and chips, connected to the syncer; returns when they finish.
-int run_site_process(const diloco::RunConfig& cfg, const NetFlags& f);
+int run_site_process(diloco::RunConfig cfg, const NetFlags& f);

@@ -220,6 +220,10 @@ std::vector<Field> fields(RunConfig& c) {
        "with [[syncers]]: the leader's etcd lease; a dead leader is replaced this long after, a cut-off one stops serving after half of it, ms"},
       {"net", "replicate_before_broadcast", &c.net.replicate_before_broadcast,
        "with [[syncers]]: a commit reaches islands only once a majority of the replicas holds it (false: at once; a failover may then lose the rounds not yet replicated)"},
+      {"net", "allow_join", &c.net.allow_join,
+       "islands that no [[sites]] entry holds are open: a site not in the config, certified by the run's CA, takes some mid-run with `diloco site --join`"},
+      {"net", "join_lease_ms", &c.net.join_lease_ms,
+       "with allow_join: a joiner lost without leaving keeps its islands (and their data parts) this long for its return, ms"},
   };
 }
 
@@ -744,6 +748,14 @@ std::vector<int> islands_of_site(const RunConfig& c, int site) {
   return v;
 }
 
+std::vector<int> open_islands(const RunConfig& c) {
+  std::vector<int> v;
+  if (c.sites.empty()) return v;
+  for (int i = 0; i < c.train.islands; ++i)
+    if (site_of(c, i) < 0) v.push_back(i);
+  return v;
+}
+
 LinkConfig link_config(const RunConfig& c, int site, bool up) {
   const SiteSpec* s = c.sites.empty() ? nullptr : &c.sites.at(static_cast<std::size_t>(site));
   auto pick = [](double own, double wan) { return own >= 0.0 ? own : wan; };
@@ -877,10 +889,24 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
         e.push_back(key + ".jitter_ms: must not exceed the link's latency");
       if (st.latency_ms >= 0.0) check_not_too_long(e, key + ".latency_ms", st.latency_ms, 1e-3);
     }
-    std::size_t orphans = 0;
-    for (std::size_t i = 0; i < owner.size(); ++i)
-      if (owner[i] < 0 && ++orphans <= 8) e.push_back("sites: island " + std::to_string(i) + " belongs to no site");
+    std::size_t orphans = 0, open = 0;
+    for (std::size_t i = 0; i < owner.size(); ++i) {
+      if (owner[i] >= 0) continue;
+      ++open;
+      if (!c.net.allow_join && ++orphans <= 8)
+        e.push_back("sites: island " + std::to_string(i) + " belongs to no site (set net.allow_join = true to leave it open for joiners)");
+    }
     if (orphans > 8) e.push_back("sites: " + std::to_string(orphans - 8) + " more islands belong to no site");
+    if (c.net.allow_join && open == 0)
+      e.push_back("net.allow_join: every island belongs to a [[sites]] entry, so none is open for a joiner (raise train.islands)");
+    if (c.net.allow_join && open == owner.size() && !owner.empty())
+      e.push_back("net.allow_join: no [[sites]] entry holds an island; at least one site must be in the config");
+  }
+  if (c.net.allow_join) {
+    if (c.sites.empty()) e.push_back("net.allow_join: needs [[sites]] (the islands they leave out are the open ones)");
+    if (t.mode == TrainMode::ddp) e.push_back("net.allow_join: train.mode \"ddp\" runs in one process; joiners need a syncer");
+    if (!(c.net.join_lease_ms >= 0.0)) e.push_back("net.join_lease_ms: must be ≥ 0");
+    check_not_too_long(e, "net.join_lease_ms", c.net.join_lease_ms, 1e-3);
   }
   for (std::size_t k = 0; k < c.syncers.size(); ++k) {
     const auto& r = c.syncers[k];

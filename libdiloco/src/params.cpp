@@ -2,6 +2,7 @@
 #include "diloco/params.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -46,6 +47,18 @@ std::uint64_t params_hash(std::span<const float> values) {
     h = fnv1a_le(h, b, 4);
   }
   return h;
+}
+
+std::string layout_signature(const ParamLayout& layout) {
+  std::uint64_t h = kFnvBasis;
+  for (const auto& t : layout.tensors()) {
+    for (char ch : t.name) h = fnv1a_le(h, static_cast<std::uint8_t>(ch), 1);
+    h = fnv1a_le(h, t.shape.size(), 8);
+    for (std::size_t d : t.shape) h = fnv1a_le(h, d, 8);
+  }
+  char hex[19];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::to_string(layout.tensors().size()) + " tensors, " + std::to_string(layout.size()) + " parameters, layout 0x" + hex;
 }
 
 }  // namespace diloco

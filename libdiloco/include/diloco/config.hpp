@@ -171,6 +171,10 @@ struct NetConfig {
   std::string election = "diloco";             // the election's name in etcd (one per run)
   double lease_ms = 3000.0;                    // the leader's etcd lease: a dead leader is replaced this long after
   bool replicate_before_broadcast = true;      // a commit reaches islands once a majority of replicas holds it
+  // Joining mid-run: islands that no [[sites]] entry holds are open; a site of the run's CA that
+  // is not in the config takes some with `diloco site --join`.
+  bool allow_join = false;
+  double join_lease_ms = 30000.0;  // a joiner lost (not left) keeps its islands and their data this long
 };
 
 /// One syncer replica of a replicated syncer ([[syncers]] tables): its name (its certificate's
@@ -222,6 +226,9 @@ int site_index(const RunConfig& cfg, const std::string& name);
 int replica_index(const RunConfig& cfg, const std::string& name);
 /// The islands of a site, in order.
 std::vector<int> islands_of_site(const RunConfig& cfg, int site);
+/// The islands no [[sites]] entry holds: with net.allow_join, the places joiners take (empty
+/// without [[sites]], where every island is a site of its own).
+std::vector<int> open_islands(const RunConfig& cfg);
 
 /// The WAN link of site `site` in one direction (up: to the syncer), seeded per link: its
 /// [[sites]] values over [wan]'s.

@@ -50,4 +50,9 @@ private:
 /// simulated run prints it, so two runs can be compared at a glance).
 std::uint64_t params_hash(std::span<const float> values);
 
+/// A short, stable description of a layout ("18 tensors, 830464 parameters, layout 0x…"; the
+/// hash covers every tensor's name and shape in order): two processes with equal signatures
+/// exchange fragments of the same tensors. A joining site sends it; the syncer compares.
+std::string layout_signature(const ParamLayout& layout);
+
 }  // namespace diloco

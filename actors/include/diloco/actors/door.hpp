@@ -38,6 +38,9 @@ struct DoorOptions {
   /// certificate's CN). site: the syncer's name (the certificate's subjectAltName, else CN,
   /// checked by OpenSSL's host-name verification).
   std::vector<std::string> peers;
+  /// syncer role, net.allow_join: a certificate of the CA with any other CN is let through too
+  /// (a joining site; the gateway checks its name, its proof and the open islands).
+  bool any_peer = false;
   /// site role, a replicated syncer: the replicas to dial instead of `forward`, each with the
   /// name its certificate must carry. A connection goes to the replica the last one reached; one
   /// that cannot connect, or whose TLS handshake fails, moves the door on to the next (only the

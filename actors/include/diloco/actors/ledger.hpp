@@ -111,12 +111,22 @@ private:
 /// Frames a process's gateway (sessions it refused) and each site's relay refused, and which
 /// sites the gateway told that the run is over: each field written by its own actor.
 struct GatewayRecord {
-  explicit GatewayRecord(int sites)
-      : relay_refused(static_cast<std::size_t>(sites)), told_over(static_cast<std::size_t>(sites)) {}
+  /// Sessions are numbered by site: the configuration's `sites`, then one number per island for
+  /// the joiners (a joiner's number is the config's count plus its first island).
+  GatewayRecord(int sites, int islands)
+      : relay_refused(static_cast<std::size_t>(sites + islands)), told_over(static_cast<std::size_t>(sites + islands)),
+        vacant(static_cast<std::size_t>(islands)) {
+    for (auto& v : vacant) v = false;
+  }
   std::atomic<std::uint64_t> refused{0};
-  std::vector<std::atomic<std::uint64_t>> relay_refused;  // per site
+  std::vector<std::atomic<std::uint64_t>> relay_refused;  // per session number
   std::atomic<std::uint64_t> run_over_sent{0};  // RunOver frames: pushed to a session or answered to a late site
-  std::vector<std::atomic<bool>> told_over;     // per site: told that the run is over
+  std::vector<std::atomic<bool>> told_over;     // per session number: told that the run is over
+  /// Per island, in a syncer process with net.allow_join: an open island that no joiner holds
+  /// (none came yet, it left, or its lease ran out). A vacant island holds nobody up: the run's
+  /// end and the final sync count the others (Runtime::trained, the syncer app's rules).
+  std::vector<std::atomic<bool>> vacant;
+  std::atomic<int> joiners{0};  // joiners in session
   /// A replicated syncer's leader: followers in session, and the newest global round that a
   /// majority of the replicas holds (the leader's own included).
   std::atomic<int> followers{0};

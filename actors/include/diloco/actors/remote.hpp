@@ -37,10 +37,28 @@ struct SiteSession {
   std::vector<std::int8_t> finished;  // 1: the island finished
   WireFrame over;                     // non-empty: the run is over (RunOver frame)
   std::uint64_t term = 0;             // a replicated syncer: the leader's term (0: not replicated)
+  std::string refused;                // a joiner refused for good (name, layout, no open island): why
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SiteSession& x) {
-  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps, x.finished, x.over, x.term);
+  return f(caf::meta::type_name("diloco.SiteSession"), x.relay, x.islands, x.steps, x.finished, x.over, x.term,
+           x.refused);
+}
+
+/// A site that is not in the configuration asks to join (net.allow_join): its name (its
+/// certificate's CN), the certificate, how many islands it brings, the islands it already trains
+/// (a joiner whose session was lost asks for them back; empty at first), and its model's
+/// layout_signature (a different model is refused).
+struct JoinAsk {
+  std::string site;
+  WireFrame cert;
+  std::int32_t islands = 0;
+  std::vector<std::int64_t> held;
+  std::string layout;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JoinAsk& x) {
+  return f(caf::meta::type_name("diloco.JoinAsk"), x.site, x.cert, x.islands, x.held, x.layout);
 }
 
 /// A replicated syncer: what the leader's gateway answers a follower replica that asks for the
@@ -125,6 +143,14 @@ struct ConnectorOptions {
   /// retrying and ends; the app ends the site (on the connector's thread).
   std::function<void(const RunOver&)> on_run_over;
   NetLog log;
+  /// `diloco site --join`: a site not in the configuration asks for this many open islands (0: a
+  /// site of the configuration, whose islands the configuration names). `layout` is its model's
+  /// layout_signature; `held` says which islands it trains already (empty until its first session).
+  int join_islands = 0;
+  std::string layout;
+  std::function<std::vector<int>()> held;
+  /// The syncer refused the joiner for good (SiteSession::refused): the connector ends.
+  std::function<void(const std::string&)> on_refused;
 };
 /// Spawns the connector of a site process: connects, authenticates, puts the relay into the
 /// runtime's directory (islands join it as their syncer), heartbeats, and on any loss clears
