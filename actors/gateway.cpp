@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -24,6 +25,7 @@
 
 #include "detail.hpp"
 #include "diloco/actors/identity.hpp"
+#include "diloco/join_pool.hpp"
 #include "diloco/leadership.hpp"
 #include "session_protocol.hpp"
 
@@ -159,14 +161,6 @@ struct Pending {
   std::string layout;       // a joiner: its model's layout_signature
 };
 
-// A joiner's open islands: held while it is in session, and for net.join_lease_ms after it was
-// lost (its islands and their data parts wait for its return); given back at once when it left.
-struct Claim {
-  std::vector<int> islands;
-  int number = -1;         // its session number (GatewayRecord)
-  bool live = false;       // in session
-  double expires = 0.0;    // not live: free again at this time (the gateway's clock, s)
-};
 
 // A follower replica in session: its name, what it acknowledged (by asking for more).
 struct Follower {
@@ -186,12 +180,13 @@ struct GatewayState {
   std::map<int, caf::node_id> nodes;           // site → the node of its live session
   WireFrame over;                              // the run is over: this RunOver frame, the answer to every site
   std::string over_text;                       // ... as log lines say it
-  std::map<std::string, Claim> claims;         // joiners, by name
-  std::map<int, std::string> names;            // session number → the joiner's name
+  std::optional<JoinPool> pool;                // net.allow_join: the open islands and who holds them
+  std::map<int, std::string> names;            // session number → the joiner in session
 };
 
 caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
   detail::guard(self, "gateway");
+  if (rt->cfg.net.allow_join) self->state.pool.emplace(open_islands(rt->cfg), rt->cfg.net.join_lease_ms / 1000.0);
   auto refuse = [self, rt](const std::string& why) {
     ++rt->gateway.refused;
     rt->emit(Event::refused(detail::now_s(self), why, "session"));
@@ -200,16 +195,11 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   // A relay ends with its session (connection closed, heartbeat lost, syncer restarted): the
   // site is free for its next claimant.
   // A joiner's islands go back to the open pool: free for the next joiner, waited for by nobody.
-  auto release = [self, rt, o](const std::string& name) {
-    auto& st = self->state;
-    auto c = st.claims.find(name);
-    if (c == st.claims.end()) return;
-    for (int i : c->second.islands) rt->gateway.vacant[static_cast<std::size_t>(i)] = true;
+  auto released = [self, rt, o](const std::string& name) {
+    for (int i : self->state.pool->open()) rt->gateway.vacant[static_cast<std::size_t>(i)] = self->state.pool->vacant(i);
     if (o.log) o.log("joiner " + name + "'s islands are open again");
-    st.names.erase(c->second.number);
-    st.claims.erase(c);
   };
-  self->set_down_handler([self, rt, release](caf::down_msg& m) {
+  self->set_down_handler([self, rt, released](caf::down_msg& m) {
     auto& st = self->state;
     auto& ss = st.sessions;
     for (auto it = ss.begin(); it != ss.end(); ++it)
@@ -219,19 +209,14 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         ss.erase(it);
         auto n = st.names.find(number);
         if (n == st.names.end()) return;
-        auto& c = st.claims[n->second];
-        c.live = false;
-        rt->gateway.joiners = std::max(0, rt->gateway.joiners.load() - 1);
+        const std::string name = n->second;
+        st.names.erase(n);
         // Left (its islands finished): open at once. Lost: kept for its return until the lease runs out.
-        bool finished = true;
-        for (int i : c.islands) finished = finished && rt->syncer.finished[static_cast<std::size_t>(i)].load();
-        if (finished) {
-          release(n->second);
-          return;
-        }
-        const double lease = rt->cfg.net.join_lease_ms / 1000.0;
-        c.expires = detail::now_s(self) + lease;
-        self->delayed_send(self, detail::micros(lease + 0.001), pulse_atom::value);
+        bool left = true;
+        for (int i : st.pool->held_by(name)) left = left && rt->syncer.finished[static_cast<std::size_t>(i)].load();
+        if (st.pool->lost(name, left, detail::now_s(self))) released(name);
+        else self->delayed_send(self, detail::micros(rt->cfg.net.join_lease_ms / 1000.0 + 0.001), pulse_atom::value);
+        rt->gateway.joiners = st.pool->live();
         return;
       }
   });
@@ -272,44 +257,23 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
       s.refused = why;
       return s;
     };
-    const auto open = open_islands(rt->cfg);
-    if (!rt->cfg.net.allow_join || open.empty()) return no("this run takes no joiners (net.allow_join)");
+    if (!st.pool) return no("this run takes no joiners (net.allow_join)");
     if (site_index(rt->cfg, x.site) >= 0) return no("the name '" + x.site + "' is a site of the configuration");
     for (const auto& r : rt->cfg.syncers)
       if (r.name == x.site) return no("the name '" + x.site + "' is a syncer replica's");
     if (const auto mine = layout_signature(rt->layout_model->layout()); x.layout != mine)
       return no("its model differs: it brings " + x.layout + ", the run trains " + mine);
-    auto c = st.claims.find(x.site);
-    if (c != st.claims.end() && c->second.live)
-      return refuse("joiner '" + x.site + "' already has a live session (from node " +
-                    caf::to_string(st.nodes[c->second.number]) + "); refused the claim from node " +
-                    caf::to_string(from.node()));
-    std::vector<int> got;
-    if (c != st.claims.end()) {
-      got = c->second.islands;  // back within its lease: the same islands, the same data
-    } else {
-      auto free = [&](int i) {
-        return std::find(open.begin(), open.end(), i) != open.end() && rt->gateway.vacant[static_cast<std::size_t>(i)].load() &&
-               !rt->budget_spent(rt->syncer.heard_step[static_cast<std::size_t>(i)].load());
-      };
-      for (int i : x.held)
-        if (free(i) && std::find(got.begin(), got.end(), i) == got.end()) got.push_back(i);
-      if (!x.held.empty() && got.size() != x.held.size())
-        return no("the islands it trained were given to another joiner after its lease ran out");
-      for (int i : open)
-        if (static_cast<int>(got.size()) < x.want && free(i) && std::find(got.begin(), got.end(), i) == got.end())
-          got.push_back(i);
-      if (static_cast<int>(got.size()) < x.want) {
-        int n = 0;
-        for (int i : open) n += free(i) ? 1 : 0;
-        return no("it asks for " + std::to_string(x.want) + " islands and " + std::to_string(n) + " of the run's " +
-                  std::to_string(open.size()) + " open islands are free");
-      }
-      std::sort(got.begin(), got.end());
-    }
     auto syncer = rt->dir.syncer();
     if (!syncer) return caf::make_error(caf::sec::request_receiver_down, "the syncer is restarting");
-    const bool back = c != st.claims.end();  // within its lease
+    const auto answer = st.pool->ask(x.site, x.want, x.held, [rt](int i) {
+      return rt->budget_spent(rt->syncer.heard_step[static_cast<std::size_t>(i)].load());
+    });
+    if (!answer.refused.empty()) return no(answer.refused);
+    if (!answer.busy.empty())
+      return refuse(answer.busy + " (from node " + caf::to_string(st.nodes[site_count(rt->cfg) + st.pool->held_by(x.site).front()]) +
+                    "); refused the claim from node " + caf::to_string(from.node()));
+    const auto& got = answer.islands;
+    const bool back = answer.back;  // within its lease
     const int number = site_count(rt->cfg) + got.front();
     auto connector = caf::actor_cast<caf::actor>(from);
     auto relay = self->spawn(relay_actor, rt, number, x.site, got, syncer, connector, o.log);
@@ -317,11 +281,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
     st.sessions[number] = relay;
     st.nodes[number] = from.node();
     st.names[number] = x.site;
-    auto& claim = st.claims[x.site];
-    claim.islands = got;
-    claim.number = number;
-    claim.live = true;
-    ++rt->gateway.joiners;
+    rt->gateway.joiners = st.pool->live();
     s.relay = relay;
     for (int i : got) {
       rt->gateway.vacant[static_cast<std::size_t>(i)] = false;
@@ -361,10 +321,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         // A lost joiner's lease may have run out (timers from this actor only).
         auto from = self->current_sender();
         if (!from || from->node() != self->node()) return;
-        std::vector<std::string> expired;
-        for (const auto& [name, c] : self->state.claims)
-          if (!c.live && c.expires <= detail::now_s(self)) expired.push_back(name);
-        for (const auto& name : expired) release(name);
+        if (!self->state.pool) return;
+        for (const auto& name : self->state.pool->expire(detail::now_s(self))) released(name);
       },
       [=](hello_atom, JoinAsk& ask) -> caf::result<WireFrame> {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
