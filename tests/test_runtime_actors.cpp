@@ -659,6 +659,54 @@ BOOST_AUTO_TEST_CASE(an_island_told_to_leave_hands_over_its_progress_and_the_oth
   BOOST_TEST(without >= 5);
 }
 
+// Joining mid-run (net.allow_join, `diloco site --join`): an island that nobody ran starts while
+// the others train, as a joining site's islands do in their own process. It heals to the global
+// round reached, contributes, and the quorum widens to it; the run waits for its budget.
+BOOST_AUTO_TEST_CASE(an_island_that_joins_mid_run_heals_contributes_and_widens_the_quorum) {
+  auto c = small_config(3, 1, 2);
+  c.train.steps = 30;
+  SpawnSet first;
+  first.all_islands = false;
+  first.islands = {0, 1};
+  World w(c, {}, first);
+  // One message at a time (settle runs every message before it looks), until island 0 is at step 10.
+  for (int n = 0; n < 1000000 && w.rt->islands[0].step.load() < 10; ++n)
+    if (!w.sched->try_run_once()) {
+      if (!w.sched->has_pending_timeout()) break;
+      w.sched->trigger_timeout();
+    }
+  BOOST_REQUIRE(w.rt->islands[0].step.load() >= 10);
+  const auto reached = w.rt->syncer.global().second;
+  BOOST_REQUIRE(reached >= 2u);
+  const auto joined_at = w.events.size();
+  for (std::size_t j = 0; j < joined_at; ++j)
+    if (w.events[j].kind == Event::Kind::commit) BOOST_TEST(w.events[j].live == 2);  // two members
+  SpawnSet later;
+  later.syncer = false;
+  later.all_islands = false;
+  later.islands = {2};
+  auto joiner = spawn_runtime(*w.sys, w.rt, {}, later);
+  w.settle();
+  BOOST_TEST(w.rt->all_done());
+  std::optional<Event> heal;
+  for (std::size_t j = joined_at; j < w.events.size() && !heal; ++j)
+    if (w.events[j].kind == Event::Kind::heal && w.events[j].island == 2) heal = w.events[j];
+  BOOST_REQUIRE(heal);
+  BOOST_TEST(heal->round >= reached);  // the global parameters of the round reached, not the initial ones
+  BOOST_TEST(heal->step == 0);
+  int with_joiner = 0, wider = 0;
+  for (std::size_t j = joined_at; j < w.events.size(); ++j) {
+    const auto& e = w.events[j];
+    if (e.kind != Event::Kind::commit) continue;
+    with_joiner += std::find(e.islands.begin(), e.islands.end(), 2) != e.islands.end();
+    wider += e.live == 3;
+  }
+  BOOST_TEST(with_joiner >= 3);
+  BOOST_TEST(wider >= 3);  // a merge's share n/L counts it once it is a member
+  BOOST_TEST(w.rt->islands[2].step.load() == 30);
+  caf::anon_send_exit(joiner, caf::exit_reason::user_shutdown);
+}
+
 BOOST_AUTO_TEST_CASE(islands_of_different_sizes_step_with_all_their_chips) {
   auto c = small_config(2, 1, 2);
   c.islands.counts = {1, 3};
