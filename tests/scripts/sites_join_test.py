@@ -2,8 +2,9 @@
 """Sites that are not in the configuration join a running run (configs/join.toml: site-a holds
 island 0, islands 1 and 2 are open; loopback, mutual TLS).
 
-Once site-a's island has been merged, site-j joins with one island: it is given open island 1,
-heals from the global parameters and contributes (a commit holds island 1). While it trains, four
+Once site-a's island has been merged, site-a's link is cut for 6 s, and during the cut site-j
+joins with one island: it is given open island 1, heals from the global parameters and
+contributes (a commit holds island 1) while site-a's frames wait for the link. While it trains, four
 joiners are refused and the run goes on: one under site-j's name (it has a live session), one
 whose model differs, one asking for more islands than are open, and one whose certificate comes
 from another CA (refused at the door). Then site-j leaves on SIGTERM: its island is open again at
@@ -25,9 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Proc, cleanup, fail, mkcerts, now, work_dirs  # noqa: E402
 
 DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-CONFIG = os.path.join(SRC, "configs", "join.toml")
 WORK = tempfile.mkdtemp(prefix="diloco-join-")
 work_dirs.append(WORK)
+# configs/join.toml with site-a's link cut for 6 s from 4 s after its start: site-j joins during it.
+CONFIG = os.path.join(WORK, "join.toml")
+with open(os.path.join(SRC, "configs", "join.toml")) as src, open(CONFIG, "w") as out:
+    out.write(src.read() + '\n[[faults]]\nkill = "partition"\nsite = "site-a"\nat_s = 4.0\nduration_s = 6.0\n')
 certs, strangers = os.path.join(WORK, "certs"), os.path.join(WORK, "other-ca")
 mkcerts(SRC, certs, "syncer", "site-a", "site-j", "site-k", "site-m", "site-w")
 mkcerts(SRC, strangers, "site-x")  # a CA of its own
@@ -60,13 +64,23 @@ def site(name, *extra, certs_dir=certs):
 
 a = site("site-a")
 wait_commit_with(syncer, 0, 0.0, "from site-a")
+cut = a.wait_for(r"partition", 30)
+cut_at = now()
+print(f"{cut_at:7.2f}s site-a cut off: {cut.string.strip()}")
 joined_at = now()
 j = site("site-j", "--join", "--islands", "1")
 j.wait_for(r"joined the run with open islands 1$", 30)
 syncer.wait_for(r"joiner site-j authenticated \(certificate CN=site-j, key proven\), takes open islands 1,", 10, joined_at)
 j.wait_for(r"island 1 step \d+ ", 60)
 wait_commit_with(syncer, 1, joined_at, "after site-j joined")
-print(f"{now():7.2f}s site-j joined with island 1 and was merged")
+merged_at = commits_with(syncer, 1, joined_at)[0]
+# Frames in flight when the cut began may still land; none sent during it does before it heals.
+early = [t for t in commits_with(syncer, 0, cut_at + 1.0) if t < min(merged_at, cut_at + 5.0)]
+if early:
+    fail(f"site-a's island was merged at {early[0]:.2f} s while its link was cut")
+print(f"{now():7.2f}s site-j joined with island 1 and was merged at {merged_at:.2f} s "
+      f"({'during' if merged_at < cut_at + 6.0 else 'after'} site-a's partition)")
+wait_commit_with(syncer, 0, cut_at + 6.0, "after site-a's partition healed")
 
 # Refused joiners; the run goes on.
 refusals = [
