@@ -113,9 +113,10 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
       JoinAsk ask;
       ask.site = o.site;
       ask.cert = frame_of(cert);
-      ask.islands = o.join_islands;
       if (o.held)
         for (int i : o.held()) ask.held.push_back(i);
+      // Asking again for what it trains: that many, whatever it first asked for.
+      ask.islands = ask.held.empty() ? o.join_islands : static_cast<std::int32_t>(ask.held.size());
       ask.layout = o.layout;
       return self->request(gw, std::chrono::seconds(10), hello_atom::value, std::move(ask));
     };

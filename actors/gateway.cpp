@@ -186,7 +186,13 @@ struct GatewayState {
 
 caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
   detail::guard(self, "gateway");
-  if (rt->cfg.net.allow_join) self->state.pool.emplace(open_islands(rt->cfg), rt->cfg.net.join_lease_ms / 1000.0);
+  if (rt->cfg.net.allow_join) {
+    auto& pool = self->state.pool.emplace(open_islands(rt->cfg), rt->cfg.net.join_lease_ms / 1000.0);
+    const double lease = rt->cfg.net.join_lease_ms / 1000.0;
+    pool.reserve(o.reserved, detail::now_s(self) + lease);
+    for (int i : pool.open()) rt->gateway.vacant[static_cast<std::size_t>(i)] = pool.vacant(i);
+    if (!o.reserved.empty()) self->delayed_send(self, detail::micros(lease + 0.001), pulse_atom::value);
+  }
   auto refuse = [self, rt](const std::string& why) {
     ++rt->gateway.refused;
     rt->emit(Event::refused(detail::now_s(self), why, "session"));
@@ -197,7 +203,10 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   // A joiner's islands go back to the open pool: free for the next joiner, waited for by nobody.
   auto released = [self, rt, o](const std::string& name) {
     for (int i : self->state.pool->open()) rt->gateway.vacant[static_cast<std::size_t>(i)] = self->state.pool->vacant(i);
-    if (o.log) o.log("joiner " + name + "'s islands are open again");
+    if (!o.log) return;
+    if (const std::string r = "the joiner of "; name.rfind(r, 0) == 0)
+      o.log(name.substr(r.size()) + ", kept since this syncer's start for the joiner that trained it, is open again");
+    else o.log("joiner " + name + "'s islands are open again");
   };
   self->set_down_handler([self, rt, released](caf::down_msg& m) {
     auto& st = self->state;
@@ -261,6 +270,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
     if (site_index(rt->cfg, x.site) >= 0) return no("the name '" + x.site + "' is a site of the configuration");
     for (const auto& r : rt->cfg.syncers)
       if (r.name == x.site) return no("the name '" + x.site + "' is a syncer replica's");
+    if (x.site == rt->cfg.net.syncer_name) return no("the name '" + x.site + "' is the syncer's");
     if (const auto mine = layout_signature(rt->layout_model->layout()); x.layout != mine)
       return no("its model differs: it brings " + x.layout + ", the run trains " + mine);
     auto syncer = rt->dir.syncer();

@@ -258,13 +258,15 @@ int main(int argc, char** argv) {
                        "start from round 0 when the state file is unusable, moving it aside to FILE.corrupt-N "
                        "(without it such a file is refused)");
   site_cmd->add_option("--site", net.site, "this process's site name (a [[sites]] name; with --join, its certificate's CN)")->required();
-  site_cmd->add_flag("--join", net.join,
-                     "a site that is not in the configuration joins the running run, taking open islands (net.allow_join)");
+  auto* join_flag = site_cmd->add_flag(
+      "--join", net.join, "a site that is not in the configuration joins the running run, taking open islands (net.allow_join)");
   site_cmd->add_option("--islands", net.join_islands, "with --join: how many islands this site brings")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  site_cmd->add_option("--chips", net.chips, "chips per island of this site (default: the configuration's)")
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, 1024))
+      ->needs(join_flag);
+  site_cmd->add_option("--chips", net.chips, "with --join: chips per island of this site (default: the configuration's)")
+      ->check(CLI::Range(1, 256))
+      ->needs(join_flag);
   site_cmd->add_option("--connect", net.endpoint, "HOST:PORT of the syncer (default: net.listen)");
   site_cmd->add_option("--state", net.state,
                        "keep this site's islands' own states in this directory (sites/NAME.safetensors) and resume "

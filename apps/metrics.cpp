@@ -325,7 +325,8 @@ std::string Monitor::status_json() const {
     Json chips = Json::array();
     for (bool c : v.chips) chips.push_back(c);
     islands.push_back(Json{{"island", v.island},
-                           {"site", diloco::site_name(cfg, diloco::site_of(cfg, v.island))},
+                           {"site", diloco::site_of(cfg, v.island) < 0 ? std::string("open (a joiner's)")
+                                                                        : diloco::site_name(cfg, diloco::site_of(cfg, v.island))},
                            {"alive", v.alive},
                            {"done", v.done},
                            {"step", v.step},

@@ -156,7 +156,6 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
       tl->line(*line);
     }
   });
-  for (int i : open_islands(cfg)) rt->gateway.vacant[static_cast<std::size_t>(i)] = true;  // until a joiner takes it
   if (lead) {
     rt->leading = lead->holds;
     rt->leader_term = lead->term;
@@ -164,7 +163,19 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   }
   // A state file the syncer cannot resume from is refused before anything listens (the syncer
   // actor refuses it too, also at a restart); --fresh moves it aside and starts from round 0.
-  if (auto st = load_syncer_state(cfg.syncer.checkpoint, rt->layout_model->layout(), rt->plan, cfg.train.islands); !st) {
+  // Open islands: vacant until a joiner takes them, except those the state file says a joiner was
+  // training (they wait for it, GatewayOptions::reserved). The gateway keeps these flags from here on.
+  std::vector<int> reserved;
+  for (int i : open_islands(cfg)) rt->gateway.vacant[static_cast<std::size_t>(i)] = true;
+  if (auto st = load_syncer_state(cfg.syncer.checkpoint, rt->layout_model->layout(), rt->plan, cfg.train.islands);
+      st && *st && cfg.net.allow_join) {
+    const auto open = open_islands(cfg);
+    for (int i : islands_in_progress(**st, cfg.train.islands))
+      if (std::find(open.begin(), open.end(), i) != open.end()) {
+        reserved.push_back(i);
+        rt->gateway.vacant[static_cast<std::size_t>(i)] = false;
+      }
+  } else if (!st) {
     if (!f.fresh) {
       spdlog::error("unusable syncer state file, refusing to start over it: {}. Keep it for a run that can read it, "
                     "or start over with --fresh (moves it aside)",
@@ -197,6 +208,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
     gw_options.term = lead->term;
     for (const auto& r : cfg.syncers) gw_options.replicas.push_back(r.name);
   }
+  gw_options.reserved = reserved;
   auto gateway = spawn_gateway(sys, rt, gw_options);
   // CAF listens on loopback only; the door faces the network and splices proven peers to it.
   auto caf_port = publish_gateway(gateway);
@@ -419,8 +431,9 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
   configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
   configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
-  // A joiner's page starts once it knows its islands.
-  auto server = f.join ? nullptr : serve_http(http_at, *rt, "site", mine, actor_clock(sys), *monitor);
+  // A joiner's page shows every open island (those it is not given stay at step 0): the monitor is
+  // in place before anything emits events.
+  auto server = serve_http(http_at, *rt, "site", f.join ? open_islands(cfg) : mine, actor_clock(sys), *monitor);
 
   auto first = std::make_shared<std::atomic<bool>>(false);
   auto gave_up = std::make_shared<std::atomic<bool>>(false);
@@ -436,13 +449,25 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
   co.max_attempts = f.max_attempts;
   co.log = [tl, name = f.site](const std::string& s) { tl->line(name + ": " + s); };
   co.on_give_up = [gave_up] { gave_up->store(true); };
-  auto refused = std::make_shared<std::optional<std::string>>();  // set once, before gave_up
+  // A joiner refused for good (set once on the connector's thread, before gave_up).
+  struct Refusal {
+    std::mutex mu;
+    std::optional<std::string> why;
+    std::optional<std::string> get() {
+      std::lock_guard lk(mu);
+      return why;
+    }
+  };
+  auto refused = std::make_shared<Refusal>();
   if (f.join) {
     co.join_islands = f.join_islands;
     co.layout = layout_signature(rt->layout_model->layout());
     co.held = [granted, first] { return first->load() ? *granted : std::vector<int>{}; };
     co.on_refused = [refused, gave_up](const std::string& why) {
-      *refused = why;
+      {
+        std::lock_guard lk(refused->mu);
+        refused->why = why;
+      }
       gave_up->store(true);
     };
   }
@@ -519,8 +544,8 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
     return 0;
   }
   if (gave_up->load()) {
-    if (*refused) {
-      std::printf("site %s: refused by the syncer: %s\n", f.site.c_str(), refused->value().c_str());
+    if (auto why = refused->get()) {
+      std::printf("site %s: refused by the syncer: %s\n", f.site.c_str(), why->c_str());
       std::fflush(stdout);
       return 4;
     }
@@ -531,7 +556,6 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
     mine = *granted;
     std::printf("site %s: joined the run with open islands %s\n", f.site.c_str(), list(mine).c_str());
     std::fflush(stdout);
-    server = serve_http(http_at, *rt, "site", mine, actor_clock(sys), *monitor);
   }
   if (already_finished->load()) {
     std::printf("done: site %s, islands %s already finished (the syncer holds their last contributions); nothing "
@@ -549,8 +573,17 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
       caf::anon_send_exit(connector, caf::exit_reason::user_shutdown);
       return 1;
     }
-    for (auto& is : cp->islands)
-      if (std::find(mine.begin(), mine.end(), is.island) != mine.end()) rt->resume_island(std::move(is));
+    for (auto& is : cp->islands) {
+      if (std::find(mine.begin(), mine.end(), is.island) == mine.end()) continue;
+      // A joiner's island may have been trained on by another joiner since it saved: a state
+      // behind the step the syncer heard of is left, and the island heals instead.
+      if (const long heard = rt->resume_steps[static_cast<std::size_t>(is.island)]; f.join && is.step < heard) {
+        tl->line("island " + std::to_string(is.island) + ": its saved state (step " + std::to_string(is.step) +
+                 ") is behind the step the syncer heard of (" + std::to_string(heard) + "); not resumed from it");
+        continue;
+      }
+      rt->resume_island(std::move(is));
+    }
   }
   rt->keep_island_states = state.has_value();
   for (int i : mine)
@@ -601,6 +634,8 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
   rules.stopped = [&]() -> std::optional<std::string> {
     if (auto why = rt->stopped()) return why;
     if (auto o = told->get(); o && o->outcome != RunOutcome::finished) return "the syncer ended the run";
+    // A joiner refused after its first session (its islands were given away after its lease ran out).
+    if (auto why = refused->get()) return "refused by the syncer: " + *why;
     return std::nullopt;
   };
   // --state: the islands' states as of their last sends, written when one changed.
@@ -638,6 +673,11 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
     case WatchEnd::How::stopped:
       // A diverged island: training it further or restarting it would meet the same state.
       std::printf("site %s: run stopped: %s\n", f.site.c_str(), end.why.c_str());
+      if (refused->get()) {
+        std::fflush(stdout);
+        caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+        return 4;
+      }
       std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the island's report reaches the syncer
       caf::anon_send_exit(root, caf::exit_reason::user_shutdown);

@@ -86,6 +86,31 @@ BOOST_AUTO_TEST_CASE(a_joiner_whose_lease_ran_out_gets_exactly_the_islands_it_tr
              "the islands it trained were given to another joiner after its lease ran out");
 }
 
+BOOST_AUTO_TEST_CASE(a_joiner_keeps_an_island_that_trained_its_budget_when_it_asks_for_it_again) {
+  JoinPool pool({1, 2}, 1.0);
+  pool.ask("j", 2, {}, none_spent);
+  pool.lost("j", false, 0.0);
+  pool.expire(5.0);
+  auto a = pool.ask("j", 2, {1, 2}, [](int i) { return i == 1; });  // island 1 is done, island 2 is not
+  BOOST_TEST(a.refused.empty());
+  BOOST_TEST(a.islands == (std::vector<int>{1, 2}));
+}
+
+BOOST_AUTO_TEST_CASE(islands_reserved_at_a_syncer_start_wait_for_the_joiner_that_trains_them) {
+  JoinPool pool({1, 2, 3}, 10.0);
+  pool.reserve({2, 3}, 10.0);
+  BOOST_TEST(!pool.vacant(2));
+  BOOST_TEST(pool.vacant(1));
+  BOOST_TEST(*pool.next_expiry() == 10.0);
+  // A newcomer gets only the free one; the joiner of island 3 names it and gets it back.
+  BOOST_TEST(pool.ask("new", 2, {}, none_spent).refused == "it asks for 2 islands and 1 of the run's 3 open islands are free");
+  BOOST_TEST(pool.ask("j", 1, {3}, none_spent).islands == (std::vector<int>{3}));
+  // Island 2's joiner does not come back in time: it is open for anyone.
+  BOOST_TEST(pool.expire(10.0) == (std::vector<std::string>{"the joiner of island 2"}));
+  BOOST_TEST(pool.vacant(2));
+  BOOST_TEST(pool.ask("new", 2, {}, none_spent).islands == (std::vector<int>{1, 2}));
+}
+
 BOOST_AUTO_TEST_CASE(a_run_without_open_islands_takes_no_joiners) {
   JoinPool pool({}, 1.0);
   BOOST_TEST(pool.ask("j", 1, {}, none_spent).refused == "this run takes no joiners (net.allow_join)");

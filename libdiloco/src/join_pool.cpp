@@ -10,7 +10,13 @@ JoinPool::JoinPool(std::vector<int> open, double lease_s) : open_(std::move(open
 }
 
 bool JoinPool::vacant(int i) const {
-  return std::binary_search(open_.begin(), open_.end(), i) && holder_.find(i) == holder_.end();
+  return std::binary_search(open_.begin(), open_.end(), i) && holder_.find(i) == holder_.end() &&
+         reserved_.find(i) == reserved_.end();
+}
+
+void JoinPool::reserve(const std::vector<int>& islands, double until) {
+  for (int i : islands)
+    if (vacant(i)) reserved_[i] = until;
 }
 
 std::vector<int> JoinPool::held_by(const std::string& name) const {
@@ -28,6 +34,8 @@ std::optional<double> JoinPool::next_expiry() const {
   std::optional<double> t;
   for (const auto& [name, c] : claims_)
     if (!c.live && (!t || c.expires < *t)) t = c.expires;
+  for (const auto& [i, until] : reserved_)
+    if (!t || until < *t) t = until;
   return t;
 }
 
@@ -52,10 +60,15 @@ JoinPool::Answer JoinPool::ask(const std::string& name, int want, const std::vec
     a.back = true;
     return a;
   }
+  // New islands must have steps left; islands it trains already are its own whatever their step
+  // (one that finished its budget stays with its joiner), reserved for it or not.
   auto free = [&](int i) { return vacant(i) && !(spent && spent(i)); };
+  auto own = [&](int i) {
+    return std::binary_search(open_.begin(), open_.end(), i) && holder_.find(i) == holder_.end();
+  };
   std::vector<int> got;
   for (int i : held)
-    if (free(i) && std::find(got.begin(), got.end(), i) == got.end()) got.push_back(i);
+    if (own(i) && std::find(got.begin(), got.end(), i) == got.end()) got.push_back(i);
   if (!held.empty() && got.size() != held.size()) {
     a.refused = "the islands it trained were given to another joiner after its lease ran out";
     return a;
@@ -74,7 +87,10 @@ JoinPool::Answer JoinPool::ask(const std::string& name, int want, const std::vec
   auto& c = claims_[name];
   c.islands = got;
   c.live = true;
-  for (int i : got) holder_[i] = name;
+  for (int i : got) {
+    holder_[i] = name;
+    reserved_.erase(i);
+  }
   a.islands = std::move(got);
   return a;
 }
@@ -97,6 +113,13 @@ std::vector<std::string> JoinPool::expire(double now) {
   for (const auto& [name, c] : claims_)
     if (!c.live && c.expires <= now) freed.push_back(name);
   for (const auto& name : freed) lost(name, true, now);
+  for (auto r = reserved_.begin(); r != reserved_.end();)
+    if (r->second <= now) {
+      freed.push_back("the joiner of island " + std::to_string(r->first));
+      r = reserved_.erase(r);
+    } else {
+      ++r;
+    }
   return freed;
 }
 

@@ -69,6 +69,21 @@ Expected<SyncerMeta> read_meta(const Checkpoint& cp, std::size_t P, int islands,
   return m;
 }
 
+}  // namespace
+
+std::vector<int> islands_in_progress(const Checkpoint& cp, int islands) {
+  std::vector<int> out;
+  for (int i = 0; i < islands; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    auto step = meta_uint(cp, island_step_key(k), std::uint64_t{1} << 62, 0);
+    auto done = meta_uint(cp, island_finished_key(k), 1, 0);
+    if (step && done && *step > 0 && *done == 0) out.push_back(i);
+  }
+  return out;
+}
+
+namespace {
+
 WireContext context_for(const FragmentPlan& plan, const SyncerSettings& s) {
   WireContext ctx;
   for (int p = 0; p < plan.count(); ++p) ctx.fragment_sizes.push_back(plan.size(p));

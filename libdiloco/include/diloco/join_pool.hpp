@@ -34,8 +34,13 @@ public:
   /// `name`'s session ended at `now`: `left` (its islands finished: it said goodbye) frees its
   /// islands at once; otherwise they wait for it until now + lease. Returns whether freed.
   bool lost(const std::string& name, bool left, double now);
-  /// Frees the islands of every lost joiner whose lease ran out by `now`; returns their names.
+  /// Frees the islands of every lost joiner whose lease ran out by `now`, and the reservations
+  /// that ran out; returns who held them (a reservation: "the joiner of island N").
   std::vector<std::string> expire(double now);
+  /// At a syncer's (re)start, which does not know who held its open islands: `islands` (open
+  /// ones that trained and have not finished) wait until `until` for the joiner that trains them,
+  /// which names them when it asks again (`held`); nobody else gets them before.
+  void reserve(const std::vector<int>& islands, double until);
 
   /// Nobody holds island `i` (it is open and free, or not open at all: false).
   bool vacant(int i) const;
@@ -56,6 +61,7 @@ private:
   double lease_s_;
   std::map<std::string, Claim> claims_;
   std::map<int, std::string> holder_;  // island → the joiner holding it
+  std::map<int, double> reserved_;     // island → until when it waits for its unknown joiner
 };
 
 }  // namespace diloco

@@ -197,6 +197,9 @@ private:
 /// refuses to start, or, asked to start fresh, moves the file aside first (move_aside).
 Expected<std::optional<Checkpoint>> load_syncer_state(const std::string& path, const ParamLayout& layout,
                                                       const FragmentPlan& plan, int islands);
+/// The islands of a syncer state file that trained (a step heard of) and have not finished:
+/// those a restarted syncer still counts on (a joiner's among them wait for it, JoinPool::reserve).
+std::vector<int> islands_in_progress(const Checkpoint& cp, int islands);
 /// Renames `path` to `path`.corrupt-N, N = 1, 2, ... the first name not taken, and returns it
 /// (io_error when the rename fails): an unusable state file is kept for inspection, never
 /// overwritten by the next snapshot.

@@ -110,6 +110,9 @@ struct GatewayOptions {
   /// that may follow it (names of [[syncers]]; each proves its name as a site does).
   std::uint64_t term = 0;
   std::vector<std::string> replicas;
+  /// net.allow_join, a syncer (re)started from a state file: the open islands that trained and
+  /// have not finished wait net.join_lease_ms for the joiner that trains them (JoinPool::reserve).
+  std::vector<int> reserved;
 };
 /// Spawns the gateway, the one actor a syncer process publishes. A site says hello with its
 /// certificate, signs the gateway's random challenge with the certificate's key (identity.hpp)
