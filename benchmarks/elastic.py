@@ -20,7 +20,8 @@ global parameters are in place, to its last step for the leaver, whose hand-over
 last whole sync period, H steps, before the kill for the killed one) over the chip-seconds from
 its process start to its end. Prints a table and ONE JSON object as its last line.
 
-usage: elastic.py DILOCO SOURCE_DIR [--steps 300] [--H 20]   (ELASTIC_LOGS=DIR keeps every output)
+usage: benchmarks/elastic.py [--diloco build/apps/diloco] [--steps 300] [--H 20]
+       (ELASTIC_LOGS=DIR keeps every process's output)
 """
 import json
 import os
@@ -29,17 +30,18 @@ import sys
 import tempfile
 import time
 
-DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(SRC, "tests", "scripts"))
 from harness import Proc, cleanup, fail, mkcerts, now, procs, work_dirs  # noqa: E402
 
-args = sys.argv[3:]
+args = sys.argv[1:]
 
 
 def opt(name, default):
     return type(default)(args[args.index(name) + 1]) if name in args else default
 
 
+DILOCO = os.path.abspath(opt("--diloco", os.path.join(SRC, "build", "apps", "diloco")))
 STEPS, H = opt("--steps", 300), opt("--H", 20)
 WORK = tempfile.mkdtemp(prefix="diloco-bench-elastic-")
 work_dirs.append(WORK)
