@@ -167,6 +167,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     if (replicated(st, rt)) t_link = std::max(t_link, broadcast(self, rt, frames[j]));
     else st.held_frames.emplace_back(st.generation, std::move(frames[j]));
     ++rt.syncer.commits;
+    rt.syncer.merged_tokens = st.core->stats().merged_tokens;
     for (auto& [key, n] : st.accepted) {
       if (key.second != c.fragment) continue;
       const bool merged = std::find(c.islands.begin(), c.islands.end(), key.first) != c.islands.end();
@@ -247,6 +248,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
                          "unusable syncer state" + (c.syncer.checkpoint.empty() ? std::string() : " file " + c.syncer.checkpoint) +
                              ", refusing to start over it: " + ok.error().message());
     rt->syncer.publish(st.core->params(), st.core->global_round(), false);
+    rt->syncer.merged_tokens = st.core->stats().merged_tokens;
     // A replicated leader's followers get what it resumed from before islands hear of it.
     if (rt->hold_until_replicated) st.generation = rt->syncer.keep_snapshot(cp);
     auto e = Event::restored(detail::now_s(self), st.core->global_round(), "from the last snapshot");

@@ -356,10 +356,12 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   const auto final_measured = evaluate_with_error(*model, final_params, eval);
   const double final_eval = final_measured.loss;
   std::printf("done: syncer, %llu global rounds, final eval loss %.4f ± %.4f nats/token (initial %.4f), %.1f s, %llu "
-              "fragment commits, %.3f MB accounted syncer -> sites, %llu frames refused\n",
+              "fragment commits, %.3f MB accounted syncer -> sites, %llu frames refused, %llu tokens merged since the "
+              "run began\n",
               static_cast<unsigned long long>(last_round), final_eval, final_measured.std_error, initial_eval, secs,
               static_cast<unsigned long long>(rt->tally().commits), rt->tally().bytes_sent / 1e6,
-              static_cast<unsigned long long>(rt->tally().rejected));
+              static_cast<unsigned long long>(rt->tally().rejected),
+              static_cast<unsigned long long>(rt->syncer.merged_tokens.load()));
   std::fflush(stdout);
   jsonl.write(Json{{"event", "done"},
                    {"rounds", last_round},
@@ -369,6 +371,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
                    {"seconds", secs},
                    {"bytes_accounted", rt->tally().bytes_sent},
                    {"rejected", rt->tally().rejected},
+                   {"merged_tokens", rt->syncer.merged_tokens.load()},
                    {"invariant_violations", violations}});
   if (lead)
     std::printf("replica %s, term %llu: %d followers in session, round %llu held by a majority of %zu replicas\n",

@@ -8,7 +8,10 @@ rounds lost (rounds the islands had heard of that the new leader does not hold: 
 round any island re-joined with, minus the round the new leader resumed at). For the run: its
 wall time from the sites' start to their end against the undisturbed run's (the same steps, so
 the same tokens: goodput relative to the undisturbed run is their ratio), and the final eval loss
-of each. The killed replica is started again 2 s after each kill and follows the new leader.
+of each, and goodput counted in tokens: the tokens of the contributions merged into the global
+model (the last leader's count, which each snapshot carries across leaders) over the tokens the
+sites trained; the failover run's against the undisturbed one's. The killed replica is started
+again 2 s after each kill and follows the new leader.
 
 Targets (issue "No single point of failure"): 0 committed rounds lost, goodput >= 98% of the
 undisturbed run. Prints a table and ONE JSON object as its last line.
@@ -99,13 +102,18 @@ def run(label, kill_every):
         if p.p.returncode != 0:
             fail(f"{label}: {p.name} exited {p.p.returncode}")
     # The last leader ends the run and prints its summary.
-    final, rounds = None, None
+    final, rounds, merged = None, None, None
     for p in live.values():
         if p.wait_exit(120) == 0 and p.matches(r"final eval loss ([0-9.]+)"):
             final = float(p.matches(r"final eval loss ([0-9.]+)")[-1][1].group(1))
             rounds = int(p.matches(r"done: syncer, (\d+) global rounds")[-1][1].group(1))
+            merged = int(p.matches(r"(\d+) tokens merged since the run began")[-1][1].group(1))
     if final is None:
         fail(f"{label}: no replica printed the run's summary")
+    # Goodput as the project defines it, counted in tokens: what the islands trained that reached
+    # the global model (the last leader's count, kept in the replicated snapshots across leaders)
+    # over what they trained (each site's own count).
+    trained = sum(int(s.matches(r"done: site \S+, islands [\d,]+, (\d+) tokens in")[-1][1].group(1)) for s in sites)
     everyone = [p for p in procs if p.name.startswith(label + "-syncer")]
     for k in kills:
         # The new leader: the first "leads" line after the kill; its first commit after it.
@@ -132,15 +140,18 @@ def run(label, kill_every):
     for p in procs:
         if p.p.poll() is None:
             p.p.kill()
-    return {"wall_s": wall, "final_eval_loss": final, "rounds": rounds, "kills": kills}
+    return {"wall_s": wall, "final_eval_loss": final, "rounds": rounds, "kills": kills, "merged_tokens": merged,
+            "trained_tokens": trained, "goodput": merged / trained if trained else float("nan")}
 
 
-base = run("undisturbed", 0) if "--no-baseline" not in args else {"wall_s": float("nan"), "final_eval_loss": float("nan"), "rounds": 0}
+base = run("undisturbed", 0) if "--no-baseline" not in args else {"wall_s": float("nan"), "final_eval_loss": float("nan"), "rounds": 0,
+                                                                   "goodput": float("nan")}
 hit = run("failover", EVERY)
 subprocess.run([sys.executable, FIXTURE, "stop", ETCD_DIR], stdout=subprocess.DEVNULL)
 to_commit = [k["to_commit_s"] for k in hit["kills"] if k["to_commit_s"] is not None]
 lost = sum(k["lost_rounds"] for k in hit["kills"])
-goodput = base["wall_s"] / hit["wall_s"]
+goodput = hit["goodput"] / base["goodput"]
+wall_ratio = base["wall_s"] / hit["wall_s"]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"failover: configs/replicas.toml, {STEPS} steps, leader killed every {EVERY:g} s, lease {LEASE_MS:g} ms; {cpu}")
 print(f"{'kill':>4} {'at s':>7} {'leader':>9} {'new leader':>10} {'term':>5} {'elected s':>9} {'to commit s':>11} "
@@ -149,15 +160,18 @@ for i, k in enumerate(hit["kills"]):
     tc = f"{k['to_commit_s']:.2f}" if k["to_commit_s"] is not None else "-"
     print(f"{i + 1:>4} {k['at']:7.1f} {k['leader']:>9} {k['new_leader']:>10} {k['term']:>5} {k['elected_s']:9.2f} "
           f"{tc:>11} {k['resumed_round']:>7} {k['islands_heard']:>5} {k['lost_rounds']:>4}")
-print(f"undisturbed: {base['wall_s']:.1f} s, {base['rounds']} rounds, final eval loss {base['final_eval_loss']:.4f}")
+print(f"undisturbed: {base['wall_s']:.1f} s, {base['rounds']} rounds, final eval loss {base['final_eval_loss']:.4f}, "
+      f"goodput {100 * base['goodput']:.1f}% of the trained tokens merged")
 print(f"failover:    {hit['wall_s']:.1f} s, {hit['rounds']} rounds, final eval loss {hit['final_eval_loss']:.4f}, "
+      f"goodput {100 * hit['goodput']:.1f}% ({hit['merged_tokens']} of {hit['trained_tokens']} tokens merged), "
       f"{len(hit['kills'])} leaders killed")
 if to_commit:
     print(f"death -> next commit: median {statistics.median(to_commit):.2f} s, max {max(to_commit):.2f} s")
-print(f"committed rounds lost: {lost} (target 0); goodput vs undisturbed: {100 * goodput:.1f}% (target >= 98%)")
+print(f"committed rounds lost: {lost} (target 0); goodput vs undisturbed: {100 * goodput:.1f}% (target >= 98%); "
+      f"wall time undisturbed / failover {wall_ratio:.3f}")
 cleanup()
 print(json.dumps({"benchmark": "failover", "cpu": cpu, "steps": STEPS, "kill_every_s": EVERY, "lease_ms": LEASE_MS,
                   "undisturbed": base, "failover": hit,
                   "to_commit_median_s": statistics.median(to_commit) if to_commit else None,
                   "to_commit_max_s": max(to_commit) if to_commit else None, "lost_rounds": lost,
-                  "goodput_ratio": goodput}))
+                  "goodput_ratio": goodput, "wall_ratio": wall_ratio}))

@@ -324,10 +324,14 @@ BOOST_AUTO_TEST_CASE(syncer_restored_from_snapshot_continues_rounds) {
   SyncerCore restored(t.plan, other, cfg);
   BOOST_REQUIRE(restored.restore(*cp));
   BOOST_TEST(restored.round(0) == 2u);
+  // The tokens merged so far come back too: a run's goodput spans restarts and leaders.
+  BOOST_TEST(s.stats().merged_tokens > 0u);
+  BOOST_TEST(restored.stats().merged_tokens == s.stats().merged_tokens);
   // The same next round on both: identical parameters (momentum came back too).
   round(s, 2, 0.3f);
   round(restored, 2, 0.3f);
   BOOST_TEST(restored.round(0) == 3u);
+  BOOST_TEST(restored.stats().merged_tokens == s.stats().merged_tokens);
   for (int j = 0; j < 4; ++j) BOOST_TEST(restored.params()[j] == s.params()[j]);
   std::filesystem::remove(path);
 }

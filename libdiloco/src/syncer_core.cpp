@@ -19,6 +19,8 @@ std::string outer_steps_key(std::size_t p) { return "syncer.outer_steps." + std:
 std::string pending_count_key(std::size_t p) { return "syncer.outer_pending_count." + std::to_string(p); }
 std::string island_step_key(std::size_t i) { return "syncer.island_step." + std::to_string(i); }
 std::string island_finished_key(std::size_t i) { return "syncer.island_finished." + std::to_string(i); }
+// Tokens of every contribution merged since the run began (across restarts and leaders).
+constexpr const char* kMergedTokensKey = "syncer.merged_tokens";
 
 /// The syncer metadata of a checkpoint, each value checked: what restore() applies.
 struct SyncerMeta {
@@ -391,6 +393,7 @@ Checkpoint SyncerCore::snapshot() const {
     cp.metadata[island_step_key(i)] = std::to_string(last_step_[i]);
     cp.metadata[island_finished_key(i)] = finished_[i] ? "1" : "0";
   }
+  cp.metadata[kMergedTokensKey] = std::to_string(stats_.merged_tokens);
   return cp;
 }
 
@@ -416,6 +419,10 @@ Status SyncerCore::restore(const Checkpoint& cp) {
                                                 settings_.outer.kind + ") has none"};
   auto meta = read_meta(cp, P, settings_.islands, settings_.outer);
   if (!meta) return meta.error();
+  // Absent in files written before it was kept: counted from here on.
+  auto merged_tokens = meta_uint(cp, kMergedTokensKey, std::uint64_t{1} << 62, 0);
+  if (!merged_tokens) return merged_tokens.error();
+  stats_.merged_tokens = *merged_tokens;
   params_ = cp.params;
   for (std::size_t p = 0; p < P; ++p) {
     const long t = meta->outer_steps[p];

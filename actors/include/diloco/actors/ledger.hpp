@@ -65,6 +65,10 @@ struct SyncerRecord {
   std::atomic<std::uint64_t> bytes_down{0};     // frame bytes sent to islands
   std::atomic<std::uint64_t> dropped_stale{0};  // outer gradients too stale or repeating merged progress
   std::atomic<std::uint64_t> refused{0};        // frames refused (malformed, unknown sender, ...)
+  /// Tokens of the contributions merged into the global model since the run began (kept in the
+  /// snapshot, so across syncer restarts and leaders): with the tokens the islands trained, the
+  /// goodput of a run across processes.
+  std::atomic<std::uint64_t> merged_tokens{0};
   /// Per island: its Progress.finished was heard (and it has not re-joined since): in a
   /// syncer-only process, what tells the run is over.
   std::vector<std::atomic<bool>> finished;
