@@ -279,9 +279,12 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
       return rt->budget_spent(rt->syncer.heard_step[static_cast<std::size_t>(i)].load());
     });
     if (!answer.refused.empty()) return no(answer.refused);
-    if (!answer.busy.empty())
-      return refuse(answer.busy + " (from node " + caf::to_string(st.nodes[site_count(rt->cfg) + st.pool->held_by(x.site).front()]) +
+    if (!answer.busy.empty()) {
+      const auto holds = st.pool->held_by(x.site);
+      if (holds.empty()) return refuse("joiner '" + x.site + "' refused for now: " + answer.busy);
+      return refuse(answer.busy + " (from node " + caf::to_string(st.nodes[site_count(rt->cfg) + holds.front()]) +
                     "); refused the claim from node " + caf::to_string(from.node()));
+    }
     const auto& got = answer.islands;
     const bool back = answer.back;  // within its lease
     const int number = site_count(rt->cfg) + got.front();

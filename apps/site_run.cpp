@@ -465,7 +465,14 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
   if (f.join) {
     co.join_islands = f.join_islands;
     co.layout = layout_signature(rt->layout_model->layout());
-    co.held = [granted, first] { return first->load() ? *granted : std::vector<int>{}; };
+    // Started again with its --state: it asks for the islands it trained (a restarted syncer keeps
+    // them for their joiner without knowing its name, JoinPool::reserve).
+    std::vector<int> saved;
+    if (state && state->resuming)
+      if (auto cp = load_checkpoint(state->state_path(), rt->layout_model->layout(), rt->plan); cp)
+        for (const auto& is : cp->islands)
+          if (is.island >= 0 && is.island < cfg.train.islands) saved.push_back(is.island);
+    co.held = [granted, first, saved] { return first->load() ? *granted : saved; };
     co.on_refused = [refused, gave_up](const std::string& why) {
       {
         std::lock_guard lk(refused->mu);

@@ -167,13 +167,21 @@ def elastic():
     def goodput(p, i, started, ended, useful_steps, useful_until):
         # Its chip computes from its heal (the global parameters in place) on; what reached the
         # global model is what it computed until `useful_until`.
-        healed = p.matches(rf"island {i} \(incarnation \d+\) healed to global round")[0][0]
+        heals = p.matches(rf"island {i} \(incarnation \d+\) healed to global round")
+        if not heals:
+            fail(f"{p.name}: island {i} never healed")
+        healed = heals[0][0]
         return {"island": i, "start_to_heal_s": healed - started, "steps": useful_steps,
                 "useful_s": useful_until - healed, "wall_s": ended - started,
                 "goodput": (useful_until - healed) / (ended - started)}
 
-    merged_k = (k_steps // H) * H  # its last whole sync period before the kill
-    k_until = max([t for t, s in step_lines(k, island["site-k"]) if s == merged_k] or [k_start])
+    # What of the killed joiner reached the global model: its steps up to the last step line
+    # printed before the last commit that merged its island before the kill (step lines come
+    # every H steps; what it trained after that line and before its next merged send is lost).
+    merged_at = [t for t, m in syncer.matches(r"commit round \d+ fragment \d+: islands ([\d,]*)")
+                 if t <= k_end and island["site-k"] in {int(x) for x in m.group(1).split(",") if x}]
+    before = [(t, s) for t, s in step_lines(k, island["site-k"]) if merged_at and t <= max(merged_at)]
+    k_until, merged_k = max(before) if before else (k_start, 0)
     j_until = j.matches(rf"island {island['site-j']} leaving at step")[0][0]
     gp = {"site-j": goodput(j, island["site-j"], j_start, j_end, left, j_until),
           "site-k": goodput(k, island["site-k"], k_start, k_end, merged_k, k_until)}

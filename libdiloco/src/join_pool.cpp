@@ -77,8 +77,14 @@ JoinPool::Answer JoinPool::ask(const std::string& name, int want, const std::vec
     if (static_cast<int>(got.size()) < want && free(i) && std::find(got.begin(), got.end(), i) == got.end())
       got.push_back(i);
   if (static_cast<int>(got.size()) < want) {
-    int n = 0;
+    int n = 0, kept = 0;
     for (int i : open_) n += free(i) ? 1 : 0;
+    for (const auto& [i, until] : reserved_) kept += !(spent && spent(i)) ? 1 : 0;
+    if (n + kept >= want) {  // enough once the reservations run out
+      a.busy = std::to_string(kept) + " of the open islands it needs are kept for the joiners that trained them "
+               "(until their lease runs out)";
+      return a;
+    }
     a.refused = "it asks for " + std::to_string(want) + " islands and " + std::to_string(n) + " of the run's " +
                 std::to_string(open_.size()) + " open islands are free";
     return a;

@@ -25,7 +25,8 @@ public:
     std::vector<int> islands;   // granted (sorted); empty when refused
     bool back = false;          // the islands it held before its session was lost (within its lease)
     std::string refused;        // refused for good: it will not be taken by asking again
-    std::string busy;           // refused for now: its name has a live session (it may ask again)
+    std::string busy;           // refused for now: its name has a live session, or the islands it
+                                // needs are kept for a joiner that may come back (it may ask again)
   };
   /// `name` asks for `want` islands; `held`: the islands its process trains already (non-empty
   /// when a joiner whose lease ran out asks again: it gets exactly those or nothing). `spent(i)`:
