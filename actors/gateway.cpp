@@ -252,6 +252,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   auto told = [self, rt, o, name_of](int site, const std::string& how) {
     ++rt->gateway.run_over_sent;
     if (site >= 0) rt->gateway.told_over[static_cast<std::size_t>(site)] = true;
+    if (auto n = self->state.names.find(site); n != self->state.names.end() && self->state.pool)
+      for (int i : self->state.pool->held_by(n->second)) rt->gateway.told_island[static_cast<std::size_t>(i)] = true;
     if (o.log) o.log("site " + (site >= 0 ? name_of(site) : std::string("(a joiner)")) + " " + how + ": run over (" + self->state.over_text + ")");
   };
   // A joiner proven by `x` (net.allow_join): its islands, or the reason it is refused. A refusal
@@ -378,6 +380,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
           SiteSession s;
           s.over = self->state.over;
           s.term = o.term;
+          if (x.want > 0 && self->state.pool)  // a joiner back after the end: its islands' joiner is told
+            for (int i : self->state.pool->held_by(x.site)) rt->gateway.told_island[static_cast<std::size_t>(i)] = true;
           told(site, "joined after the run ended, told");
           return s;
         }
@@ -517,6 +521,13 @@ bool every_site_told(const Runtime& rt) {
     if (rt.gateway.told_over[static_cast<std::size_t>(s)].load()) continue;
     for (int i : islands_of_site(rt.cfg, s))
       if (!rt.syncer.finished[static_cast<std::size_t>(i)].load()) return false;
+  }
+  // Joiners: one still holding unfinished islands (in session, or lost within its lease) is told too.
+  for (int i : open_islands(rt.cfg)) {
+    const auto k = static_cast<std::size_t>(i);
+    if (rt.cfg.net.allow_join && !rt.gateway.vacant[k].load() && !rt.syncer.finished[k].load() &&
+        !rt.gateway.told_island[k].load())
+      return false;
   }
   return true;
 }

@@ -119,8 +119,9 @@ struct GatewayRecord {
   /// the joiners (a joiner's number is the config's count plus its first island).
   GatewayRecord(int sites, int islands)
       : relay_refused(static_cast<std::size_t>(sites + islands)), told_over(static_cast<std::size_t>(sites + islands)),
-        vacant(static_cast<std::size_t>(islands)) {
+        vacant(static_cast<std::size_t>(islands)), told_island(static_cast<std::size_t>(islands)) {
     for (auto& v : vacant) v = false;
+    for (auto& t : told_island) t = false;
   }
   std::atomic<std::uint64_t> refused{0};
   std::vector<std::atomic<std::uint64_t>> relay_refused;  // per session number
@@ -130,6 +131,8 @@ struct GatewayRecord {
   /// (none came yet, it left, or its lease ran out). A vacant island holds nobody up: the run's
   /// end and the final sync count the others (Runtime::trained, the syncer app's rules).
   std::vector<std::atomic<bool>> vacant;
+  /// Per island held by a joiner: its joiner was told that the run is over (every_site_told).
+  std::vector<std::atomic<bool>> told_island;
   std::atomic<int> joiners{0};  // joiners in session
   /// A replicated syncer's leader: followers in session, and the newest global round that a
   /// majority of the replicas holds (the leader's own included).

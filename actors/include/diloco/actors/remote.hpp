@@ -126,7 +126,8 @@ caf::actor spawn_gateway(caf::actor_system& sys, std::shared_ptr<Runtime> rt, Ga
 /// marked in rt.gateway.told_over and counted in run_over_sent. The word carries `term` (a
 /// replicated syncer's leader term, Run::leader_term).
 void tell_run_over(const caf::actor& gateway, const RunOver& o, std::uint64_t term = 0);
-/// Every site was told that the run is over, or needs no telling (each of its islands finished).
+/// Every site was told that the run is over, or needs no telling (each of its islands finished);
+/// joiners too: one holding unfinished open islands (in session or within its lease) was told.
 bool every_site_told(const Runtime& rt);
 /// Publishes the gateway to CAF's middleman on loopback (any free port; only the door reaches
 /// it); returns the bound port.
