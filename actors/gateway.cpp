@@ -186,11 +186,15 @@ struct GatewayState {
 
 caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
   detail::guard(self, "gateway");
+  // rt->gateway.vacant mirrors the pool: the other threads read it (the run's end, the final sync).
+  auto mirror_vacancy = [self, rt] {
+    for (int i : self->state.pool->open()) rt->gateway.vacant[static_cast<std::size_t>(i)] = self->state.pool->vacant(i);
+  };
   if (rt->cfg.net.allow_join) {
     auto& pool = self->state.pool.emplace(open_islands(rt->cfg), rt->cfg.net.join_lease_ms / 1000.0);
     const double lease = rt->cfg.net.join_lease_ms / 1000.0;
     pool.reserve(o.reserved, detail::now_s(self) + lease);
-    for (int i : pool.open()) rt->gateway.vacant[static_cast<std::size_t>(i)] = pool.vacant(i);
+    mirror_vacancy();
     if (!o.reserved.empty()) self->delayed_send(self, detail::micros(lease + 0.001), pulse_atom::value);
   }
   auto refuse = [self, rt](const std::string& why) {
@@ -201,8 +205,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   // A relay ends with its session (connection closed, heartbeat lost, syncer restarted): the
   // site is free for its next claimant.
   // A joiner's islands go back to the open pool: free for the next joiner, waited for by nobody.
-  auto released = [self, rt, o](const std::string& name) {
-    for (int i : self->state.pool->open()) rt->gateway.vacant[static_cast<std::size_t>(i)] = self->state.pool->vacant(i);
+  auto released = [o, mirror_vacancy](const std::string& name) {
+    mirror_vacancy();
     if (!o.log) return;
     if (const std::string r = "the joiner of "; name.rfind(r, 0) == 0)
       o.log(name.substr(r.size()) + ", kept since this syncer's start for the joiner that trained it, is open again");
@@ -225,7 +229,6 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         for (int i : st.pool->held_by(name)) left = left && rt->syncer.finished[static_cast<std::size_t>(i)].load();
         if (st.pool->lost(name, left, detail::now_s(self))) released(name);
         else self->delayed_send(self, detail::micros(rt->cfg.net.join_lease_ms / 1000.0 + 0.001), pulse_atom::value);
-        rt->gateway.joiners = st.pool->live();
         return;
       }
   });
@@ -259,7 +262,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   // A joiner proven by `x` (net.allow_join): its islands, or the reason it is refused. A refusal
   // for good (it will never be taken) comes back in the session's `refused`; one that may pass
   // later (its name has a live session) as an error, and its connector dials again.
-  auto join = [self, rt, o, refuse](const Pending& x, const caf::actor_addr& from) -> caf::result<SiteSession> {
+  auto join = [self, rt, o, refuse, mirror_vacancy](const Pending& x, const caf::actor_addr& from) -> caf::result<SiteSession> {
     auto& st = self->state;
     SiteSession s;
     s.term = o.term;
@@ -296,10 +299,9 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
     st.sessions[number] = relay;
     st.nodes[number] = from.node();
     st.names[number] = x.site;
-    rt->gateway.joiners = st.pool->live();
+    mirror_vacancy();
     s.relay = relay;
     for (int i : got) {
-      rt->gateway.vacant[static_cast<std::size_t>(i)] = false;
       s.islands.push_back(i);
       s.steps.push_back(rt->syncer.heard_step[static_cast<std::size_t>(i)].load());
       // An island taken over from a joiner that left trains on (its finish was the leaver's).
@@ -523,11 +525,10 @@ bool every_site_told(const Runtime& rt) {
       if (!rt.syncer.finished[static_cast<std::size_t>(i)].load()) return false;
   }
   // Joiners: one still holding unfinished islands (in session, or lost within its lease) is told too.
+  if (!rt.cfg.net.allow_join) return true;
   for (int i : open_islands(rt.cfg)) {
     const auto k = static_cast<std::size_t>(i);
-    if (rt.cfg.net.allow_join && !rt.gateway.vacant[k].load() && !rt.syncer.finished[k].load() &&
-        !rt.gateway.told_island[k].load())
-      return false;
+    if (!rt.gateway.vacant[k].load() && !rt.syncer.finished[k].load() && !rt.gateway.told_island[k].load()) return false;
   }
   return true;
 }

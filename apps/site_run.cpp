@@ -166,10 +166,10 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   // Open islands: vacant until a joiner takes them, except those the state file says a joiner was
   // training (they wait for it, GatewayOptions::reserved). The gateway keeps these flags from here on.
   std::vector<int> reserved;
-  for (int i : open_islands(cfg)) rt->gateway.vacant[static_cast<std::size_t>(i)] = true;
+  const auto open = open_islands(cfg);
+  for (int i : open) rt->gateway.vacant[static_cast<std::size_t>(i)] = true;
   if (auto st = load_syncer_state(cfg.syncer.checkpoint, rt->layout_model->layout(), rt->plan, cfg.train.islands);
       st && *st && cfg.net.allow_join) {
-    const auto open = open_islands(cfg);
     for (int i : islands_in_progress(**st, cfg.train.islands))
       if (std::find(open.begin(), open.end(), i) != open.end()) {
         reserved.push_back(i);
@@ -239,7 +239,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   const std::string config = f.config.empty() ? "CONFIG" : f.config;
   if (lead) std::printf("sites find the leader among [[syncers]]; join with:\n");
   else std::printf("join with:\n");
-  if (const auto open = open_islands(cfg); cfg.net.allow_join && !open.empty())
+  if (cfg.net.allow_join && !open.empty())
     std::printf("  diloco site %s --site NAME --join --islands N%s%s   # a site not in the config: open islands %s\n",
                 config.c_str(), lead ? "" : (" --connect " + addr).c_str(),
                 f.insecure ? " --insecure" : (" --certs " + certs).c_str(), list(open).c_str());

@@ -751,8 +751,12 @@ std::vector<int> islands_of_site(const RunConfig& c, int site) {
 std::vector<int> open_islands(const RunConfig& c) {
   std::vector<int> v;
   if (c.sites.empty()) return v;
+  std::vector<bool> held(static_cast<std::size_t>(std::max(c.train.islands, 0)), false);
+  for (const auto& s : c.sites)
+    for (int i : s.islands)
+      if (i >= 0 && i < c.train.islands) held[static_cast<std::size_t>(i)] = true;
   for (int i = 0; i < c.train.islands; ++i)
-    if (site_of(c, i) < 0) v.push_back(i);
+    if (!held[static_cast<std::size_t>(i)]) v.push_back(i);
   return v;
 }
 

@@ -133,7 +133,6 @@ struct GatewayRecord {
   std::vector<std::atomic<bool>> vacant;
   /// Per island held by a joiner: its joiner was told that the run is over (every_site_told).
   std::vector<std::atomic<bool>> told_island;
-  std::atomic<int> joiners{0};  // joiners in session
   /// A replicated syncer's leader: followers in session, and the newest global round that a
   /// majority of the replicas holds (the leader's own included).
   std::atomic<int> followers{0};
