@@ -44,6 +44,14 @@ double SiteLinks::delay(int island, bool up, std::size_t bytes, double now) {
   return (up ? l.up : l.down).send(bytes, now).delivered_at - now;
 }
 
+double SiteLinks::busy_until(int island, bool up) const {
+  const int site = site_of(cfg_, island);
+  if (sites_.empty() || site < 0 || static_cast<std::size_t>(site) >= sites_.size()) return 0.0;
+  auto& l = *sites_[static_cast<std::size_t>(site)];
+  std::lock_guard lk(l.mu);
+  return (up ? l.up : l.down).busy_until();
+}
+
 SiteLinks::Totals SiteLinks::totals() const {
   Totals t;
   for (auto& l : sites_) {

@@ -47,7 +47,15 @@ struct SyncerState {
   // they belong to) and islands to welcome.
   std::uint64_t generation = 0;
   std::uint64_t replicated = 0;
-  std::deque<std::pair<std::uint64_t, Frame>> held_frames;
+  struct HeldFrame {
+    std::uint64_t generation = 0;
+    int island = 0;
+    Frame frame;
+  };
+  std::deque<HeldFrame> held_frames;
+  // Islands whose down link was busy when a frame fell due: sent when it is free (one frame per
+  // fragment then carries every commit since the island's last), at the tick of this time.
+  double link_free_tick = std::numeric_limits<double>::infinity();
   std::vector<std::pair<int, caf::actor>> held_welcomes;
 };
 
@@ -102,17 +110,54 @@ caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, E
   };
 }
 
-/// Sends a global frame to every registered island over its link; returns the longest delay.
-/// Islands still waiting for their welcome are left out: the join reply carries every commit.
-double broadcast(caf::stateful_actor<SyncerState>* self, Runtime& rt, const Frame& frame) {
-  double t_link = 0.0;
+/// Whether island `id` registered and is past its welcome (the join reply carries every commit).
+caf::actor reachable(const SyncerState& st, int id) {
+  auto it = st.islands.find(id);
+  if (it == st.islands.end()) return {};
+  for (const auto& [wid, who] : st.held_welcomes)
+    if (wid == id && who == it->second) return {};
+  return it->second;
+}
+
+void send_frame(caf::stateful_actor<SyncerState>* self, Runtime& rt, int id, const caf::actor& to, const Frame& frame,
+                double& t_link) {
   auto w = detail::to_wire(frame);
-  for (auto& [id, a] : self->state.islands) {
-    bool welcoming = false;
-    for (const auto& [wid, who] : self->state.held_welcomes) welcoming = welcoming || (wid == id && who == a);
-    if (welcoming) continue;
-    rt.syncer.bytes_down += w.bytes.size();
-    t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, a, global_atom::value, w));
+  rt.syncer.bytes_down += w.bytes.size();
+  t_link = std::max(t_link, detail::send_over_link(self, rt, id, false, to, global_atom::value, std::move(w)));
+}
+
+/// The frames that fell due (SyncerCore::due) for every registered island: built and sent now
+/// when the island's down link is free, else left due for when it is (link_free_tick), so that
+/// one frame per fragment then carries every commit since. A replicated leader holds them
+/// (built now, with the state a majority will hold) until replicated. Returns the longest
+/// delivery delay, or an error when a fragment cannot be encoded (the syncer diverged).
+Expected<double> send_due(caf::stateful_actor<SyncerState>* self, Runtime& rt, double now) {
+  auto& st = self->state;
+  double t_link = 0.0;
+  const bool hold = !replicated(st, rt);
+  // Each link's state before this pass: islands sharing a site's link all go in the pass that
+  // finds it free (read after each send, the first island's frame would hold back the others).
+  std::map<int, double> free_at_of;
+  for (const auto& [id, who] : st.islands) free_at_of[id] = rt.t0.load() + rt.links.busy_until(id, false);
+  for (const auto& [id, who] : st.islands) {
+    if (!reachable(st, id)) continue;
+    if (!hold) {
+      const double free_at = free_at_of[id];
+      if (free_at > now) {
+        bool any = false;
+        for (int p = 0; p < rt.P() && !any; ++p) any = st.core->is_due(p, id);
+        if (any) st.link_free_tick = std::min(st.link_free_tick, free_at);
+        continue;
+      }
+    }
+    for (int p = 0; p < rt.P(); ++p) {
+      if (!st.core->is_due(p, id)) continue;
+      auto frame = st.core->frame_for(p, id);
+      if (!frame && !st.core->health()) return frame.error();
+      if (!frame) continue;  // nothing new for it
+      if (hold) st.held_frames.push_back({st.generation, id, std::move(*frame)});
+      else send_frame(self, rt, id, who, *frame, t_link);
+    }
   }
   return t_link;
 }
@@ -140,32 +185,26 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   double t_link = 0.0;
   if (rt.leading && !rt.leading()) return;  // deposed: nothing is committed (the app ends this leadership)
   auto commits = st.core->poll(now);
-  std::vector<Frame> frames;
-  for (const auto& c : commits) {
-    auto frame = st.core->global_frame(c.fragment);
-    if (!c.finite || !frame || !st.core->health()) {
-      // Nothing of a diverged syncer may reach the islands or a snapshot, and nobody would
-      // wait for a broadcast that is never sent: the run ends here.
-      const auto& h = st.core->health();
-      return self->become(syncer_halt(self, rt, Event::Kind::diverged, c.fragment,
-                                      "the syncer diverged: " +
-                                          (h ? "merged fragment " + std::to_string(c.fragment) + " cannot be broadcast: " +
-                                                   frame.error().message()
-                                             : h.error().reason)));
-    }
-    frames.push_back(std::move(*frame));
-  }
+  // Nothing of a diverged syncer may reach the islands or a snapshot, and nobody would wait
+  // for a frame that is never sent: the run ends here.
+  auto diverged = [&](int fragment, const std::string& why) {
+    self->become(syncer_halt(self, rt, Event::Kind::diverged, fragment, "the syncer diverged: " + why));
+  };
+  for (const auto& c : commits)
+    if (!c.finite || !st.core->health())
+      return diverged(c.fragment, st.core->health() ? "fragment " + std::to_string(c.fragment) + " is not finite"
+                                                    : st.core->health().error().reason);
   if (!commits.empty()) {
     // The commits are held before anyone hears of them: a syncer killed from here on restarts
     // (in this process) from exactly these rounds, neither losing nor repeating one.
     st.generation = rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(st.core->snapshot()));
     rt.syncer.publish(st.core->params(), st.core->global_round(), true);
   }
-  for (std::size_t j = 0; j < commits.size(); ++j) {
-    const auto& c = commits[j];
-    // A replicated leader holds the broadcast until a majority of the replicas holds the commit.
-    if (replicated(st, rt)) t_link = std::max(t_link, broadcast(self, rt, frames[j]));
-    else st.held_frames.emplace_back(st.generation, std::move(frames[j]));
+  // Who a commit is due to gets it now, or once its link is free; a replicated leader holds it
+  // until a majority of the replicas holds the commit.
+  if (auto sent = send_due(self, rt, now)) t_link = *sent;
+  else return diverged(-1, sent.error().reason);
+  for (const auto& c : commits) {
     ++rt.syncer.commits;
     rt.syncer.merged_tokens = st.core->stats().merged_tokens;
     for (auto& [key, n] : st.accepted) {
@@ -180,8 +219,9 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     e.contributions = c.contributions, e.live = c.live, e.flush = c.flush, e.finite = c.finite, e.frames = c.frames;
     rt.emit(e);
   }
-  if (!commits.empty()) {
-    // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery.
+  if (!commits.empty() || t_link > 0.0) {
+    // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery (of
+    // frames sent at the commit, or later once their link was free).
     // (Simulated: the links' time alone; a wall-clock reading would make the run unrepeatable.)
     const double t = (rt.simulated ? 0.0 : std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count()) + t_link;
     st.t_sync = st.t_sync == 0.0 ? t : 0.9 * st.t_sync + 0.1 * t;
@@ -195,7 +235,8 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     st.core->mark_snapshot();
     rt.emit(Event::snapshot_taken(now, st.core->global_round()));
   }
-  const double next = st.core->next_deadline(now);
+  const double next = std::min(st.core->next_deadline(now), st.link_free_tick);
+  st.link_free_tick = std::numeric_limits<double>::infinity();
   if (std::isfinite(next) && next < st.pending_tick) {
     st.pending_tick = next;
     self->delayed_send(self, detail::micros(next - now), tick_atom::value);
@@ -214,6 +255,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   s.snapshot_every = c.syncer.snapshot_every;
   s.term = rt->leader_term;
   s.broadcast = CodecParams{*parse_encoding(c.fragments.broadcast_encoding), static_cast<std::uint32_t>(c.fragments.block_size)};
+  s.broadcast_to = c.fragments.broadcast_to;
   if (rt->synchronous()) {
     // The synchronous baselines are the papers' algorithms (as in loops.cpp): every island in
     // every round, a plain mean of equal-weight outer gradients.
@@ -289,7 +331,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         // A join reply carries every commit: a replicated leader sends it once a majority holds them.
         if (replicated(st, *rt) && (!rt->leading || rt->leading()))
-          detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
+          detail::welcome(self, *rt, id, who, st.core->join_reply(id), st.core->global_round());
         else st.held_welcomes.emplace_back(id, who);
       },
       [=](replicated_atom, std::uint64_t generation) {
@@ -299,8 +341,10 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (!from || from->node() != self->node() || generation <= st.replicated) return;
         if (rt->leading && !rt->leading()) return;  // deposed: nothing more reaches the islands
         st.replicated = std::min(generation, st.generation);
-        while (!st.held_frames.empty() && st.held_frames.front().first <= st.replicated) {
-          broadcast(self, *rt, st.held_frames.front().second);
+        double t_link = 0.0;
+        while (!st.held_frames.empty() && st.held_frames.front().generation <= st.replicated) {
+          const auto& h = st.held_frames.front();
+          if (auto to = reachable(st, h.island)) send_frame(self, *rt, h.island, to, h.frame, t_link);
           st.held_frames.pop_front();
         }
         if (!replicated(st, *rt)) return;
@@ -308,7 +352,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         st.held_welcomes.clear();
         for (auto& [id, who] : welcomes)
           if (auto it = st.islands.find(id); it != st.islands.end() && it->second == who)
-            detail::welcome(self, *rt, id, who, st.core->join_reply(), st.core->global_round());
+            detail::welcome(self, *rt, id, who, st.core->join_reply(id), st.core->global_round());
       },
       [=](progress_atom, const WireFrame& w) {
         auto& st = self->state;

@@ -22,7 +22,7 @@ such in the output.
 
   benchmarks/wan_speedup.py [--diloco build/apps/diloco] [--R 80] [--steps 2000] [--pretrain 300]
                             [--ddp-sample 25] [--repeat 3] [--calibrate 200] [--tolerance 0.25]
-                            [--out DIR]
+                            [--out DIR] [--modes decoupled,streaming,diloco] [--variant NAME:KEY=VAL]...
 
 Prints a table and, as its last line, one JSON object.
 """
@@ -87,6 +87,12 @@ def main():
     ap.add_argument("--tolerance", type=float, default=0.25,
                     help="largest relative drift of the inner step between the calibration and the decoupled runs")
     ap.add_argument("--out", default=None, help="keep metrics files here")
+    ap.add_argument("--modes", default="decoupled,streaming,diloco",
+                    help="the WAN modes to run besides ddp (decoupled is always run: the targets are its)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VAL",
+                    help="also run decoupled with this config override (a --set: strings in TOML quotes), "
+                         "--repeat times, reported as decoupled[NAME]: an ablation. The same NAME again adds "
+                         "another override to it; other NAMEs are other legs")
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="wan_speedup.")
     os.makedirs(out, exist_ok=True)
@@ -114,24 +120,42 @@ def main():
 
     res = {}
     step_times = []
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in ("decoupled", "streaming", "diloco"):
+            raise SystemExit(f"wan_speedup: --modes takes decoupled, streaming and diloco (got '{m}')")
+    legs = [(m, f"scaled_{m}.toml", []) for m in ("decoupled", "streaming", "diloco") if m == "decoupled" or m in modes]
+    variants = {}
+    for v in a.variant:
+        name, _, kv = v.partition(":")
+        if not name or "=" not in kv:
+            raise SystemExit(f"wan_speedup: --variant wants NAME:KEY=VAL (got '{v}')")
+        if kv.split("=", 1)[0].strip() in ("train.steps", "inner.decay_steps"):
+            raise SystemExit("wan_speedup: a --variant keeps the budget (--steps sets it for every leg)")
+        variants.setdefault(name, []).append(kv)
+    legs += [(f"decoupled[{name}]", "scaled_decoupled.toml", sets) for name, sets in variants.items()]
     # diloco and streaming on the actors are the reference loops' arithmetic (deterministic); the
     # decoupled runtime's merges depend on thread timing, so it runs --repeat times and the table
     # has its means (every run is in the JSON).
-    for mode in ("decoupled", "streaming", "diloco"):
+    for mode, config, sets in legs:
         runs = []
-        for k in range(a.repeat if mode == "decoupled" else 1):
-            full = diloco_runs.run(a.diloco, f"scaled_{mode}.toml", budget + wan, os.path.join(out, f"{mode}_{k}.jsonl"),
+        decoupled = mode.startswith("decoupled")
+        for k in range(a.repeat if decoupled else 1):
+            full = diloco_runs.run(a.diloco, config, budget + wan + sets, os.path.join(out, f"{mode}_{k}.jsonl"),
                                    actors=True, init=init)
             s = full["summary"]
-            if mode == "decoupled":
+            if mode == "decoupled":  # R as the scenario's own decoupled runs had it
                 step_times.append(step_time(full, S))
             lt = link_totals(s)
+            up = sum(l["up_bytes"] for l in lt["per_link"].values())
+            down = sum(l["down_bytes"] for l in lt["per_link"].values())
             runs.append({"wall_s": s["seconds"], "eval_loss": s["final_eval_loss"], "bytes": lt["bytes"],
+                         "up_bytes": up, "down_bytes": down, "tokens": s["tokens"],
                          "peak_mbps": lt["peak_mbps"], "links": lt["per_link"], "goodput": s.get("goodput")})
-            print(f"{mode:10s} {s['seconds']:8.1f} s  eval {s['final_eval_loss']:.4f}  {lt['bytes'] / 1e6:9.2f} MB on links",
-                  flush=True)
+            print(f"{mode:10s} {s['seconds']:8.1f} s  eval {s['final_eval_loss']:.4f}  {lt['bytes'] / 1e6:9.2f} MB on links "
+                  f"({up / 1e6:.2f} up, {down / 1e6:.2f} down)", flush=True)
         res[mode] = dict(runs[-1], measured="full run across the links")
-        for key in ("wall_s", "eval_loss", "bytes", "peak_mbps"):
+        for key in ("wall_s", "eval_loss", "bytes", "up_bytes", "down_bytes", "tokens", "peak_mbps"):
             res[mode][key] = sum(r[key] for r in runs) / len(runs)
         if len(runs) > 1:
             res[mode]["runs"] = runs
@@ -168,16 +192,21 @@ def main():
 
     d, base = res["decoupled"], res["ddp"]
     print()
-    print(f"{'mode':10s} {'wall s':>9s} {'vs ddp':>8s} {'eval loss':>10s} {'vs ddp':>8s} {'MB links':>10s} "
-          f"{'bytes/ddp':>10s} {'peak Mbit/s':>12s}")
-    for m in ("ddp", "diloco", "streaming", "decoupled"):
+    print(f"{'mode':22s} {'wall s':>9s} {'vs ddp':>8s} {'eval loss':>10s} {'vs ddp':>8s} {'MB links':>10s} "
+          f"{'bytes/ddp':>10s} {'up B/tok':>9s} {'down B/tok':>10s} {'peak Mbit/s':>12s}")
+    for m in ["ddp"] + [m for m in ("diloco", "streaming", "decoupled") if m in res] + \
+            [m for m in res if m.startswith("decoupled[")]:
         r = res[m]
         r["speedup_vs_ddp"] = base["wall_s"] / r["wall_s"]
         r["loss_vs_ddp"] = r["eval_loss"] / base["eval_loss"] - 1.0
         r["bytes_fewer_than_ddp"] = base["bytes"] / r["bytes"]
-        print(f"{m:10s} {r['wall_s']:9.1f} {r['speedup_vs_ddp']:7.1f}x {r['eval_loss']:10.4f} "
+        per_tok = (f"{r['up_bytes'] / r['tokens']:9.3f} {r['down_bytes'] / r['tokens']:10.3f}" if "tokens" in r
+                   else f"{'':9s} {'':10s}")
+        print(f"{m:22s} {r['wall_s']:9.1f} {r['speedup_vs_ddp']:7.1f}x {r['eval_loss']:10.4f} "
               f"{100 * r['loss_vs_ddp']:+7.2f}% {r['bytes'] / 1e6:10.2f} {r['bytes_fewer_than_ddp']:9.0f}x "
-              f"{r['peak_mbps']:12.2f}")
+              f"{per_tok} {r['peak_mbps']:12.2f}")
+        if "runs" in r:
+            print(f"{'':22s} runs: " + ", ".join(f"{100 * (x['eval_loss'] / base['eval_loss'] - 1):+.2f}%" for x in r["runs"]))
     print(f"\nR (one fp32 model exchange / inner step): {a.R:g} at the start (t_step {1e3 * t_step0:.1f} ms), "
           f"{R:.0f} in the decoupled runs (t_step {1e3 * t_step:.1f} ms, {100 * drift:+.0f}%); "
           f"{model_bytes / 1e3:.0f} kB at {bw:.3f} Mbit/s")

@@ -3,18 +3,31 @@
 # syncer kills, stragglers, partitions and lossy links at once) for N seeds, each replayable bit
 # for bit from its seed.
 #
-#   scripts/chaos-sweep.sh N [FIRST]
+#   scripts/chaos-sweep.sh N [FIRST] [--set KEY=VALUE]...
 #
 # Seed S runs with `--seed S --set chaos.seed=S` (data, initial parameters and faults). It fails
 # when the run exits non-zero (a diverged island or syncer, a stuck run, a supervision tree that
 # gave up), commits no round, or refuses a frame: every peer of a simulated run is one of ours,
 # so a refused frame is a frame our own units got wrong. Each failure is printed with the one
 # command that replays it. Environment: DILOCO (the app; default build/apps/diloco), CONFIG
-# (default configs/chaos_sweep.toml), JOBS (runs at once; default 2).
+# (default configs/chaos_sweep.toml), JOBS (runs at once; default 2). --set overrides go to every
+# run (and into the replay command), e.g. --set 'fragments.broadcast_to="contributors"'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n="${1:?usage: scripts/chaos-sweep.sh N [FIRST]}"
-first="${2:-1}"
+n="${1:?usage: scripts/chaos-sweep.sh N [FIRST] [--set KEY=VALUE]...}"
+first=1
+shift
+if [[ $# -gt 0 && "$1" != --set ]]; then first=$1; shift; fi
+sets=()
+while [[ $# -gt 0 ]]; do
+  [[ "$1" == --set && $# -ge 2 ]] || { echo "chaos-sweep: unexpected '$1' (want --set KEY=VALUE)" >&2; exit 2; }
+  sets+=(--set "$2")
+  shift 2
+done
+# One string for the runs (xargs starts a new shell per seed), quoted to be read back with eval.
+SETS=""
+[[ ${#sets[@]} -eq 0 ]] || SETS=$(printf '%q ' "${sets[@]}")
+export SETS
 export DILOCO="${DILOCO:-build/apps/diloco}" CONFIG="${CONFIG:-configs/chaos_sweep.toml}"
 export OPENBLAS_NUM_THREADS=1  # one thread per run; the runs go in parallel instead
 [[ -x "$DILOCO" ]] || { echo "chaos-sweep: no app at $DILOCO (build first, or set DILOCO)" >&2; exit 2; }
@@ -23,7 +36,7 @@ trap 'rm -rf "$out"' EXIT
 
 one() {
   local s=$1 log="$out/$1.log" why=""
-  "$DILOCO" run "$CONFIG" --simulate --quiet --seed "$s" --set "chaos.seed=$s" > "$log" 2>&1
+  eval "\"\$DILOCO\" run \"\$CONFIG\" --simulate --quiet --seed \"\$s\" --set \"chaos.seed=\$s\" $SETS" > "$log" 2>&1
   local rc=$?
   [[ $rc -eq 0 ]] || why="exit code $rc: $(grep -m1 -E 'error|stopped' "$log" | cut -c1-200)"
   local done_line
@@ -37,7 +50,7 @@ one() {
   faults=$(grep -c 'injected fault' "$log" || true)
   if [[ -n "$why" ]]; then
     echo "FAIL seed $s: $why" > "$out/$s.result"
-    echo "  replay: $DILOCO run $CONFIG --simulate --seed $s --set chaos.seed=$s" >> "$out/$s.result"
+    echo "  replay: $DILOCO run $CONFIG --simulate --seed $s --set chaos.seed=$s $SETS" >> "$out/$s.result"
   else
     echo "ok seed $s: $faults faults, $(sed -n 's/.*final parameters hash \([0-9a-f]*\).*/hash \1/p' "$log")" > "$out/$s.result"
   fi
@@ -49,6 +62,6 @@ seq "$first" $((first + n - 1)) | xargs -P "${JOBS:-2}" -I{} bash -c 'one {}'
 failed=$(cat "$out"/*.result | grep -c '^FAIL' || true)
 faults=$(cat "$out"/*.result | sed -n 's/^ok seed [0-9]*: \([0-9]*\) faults.*/\1/p' | awk '{s += $1} END {print s + 0}')
 cat "$out"/*.result | grep -A1 '^FAIL' || true
-echo "chaos sweep: $n seeds ($first..$((first + n - 1))) of $CONFIG in $((SECONDS - start)) s: $((n - failed)) passed," \
+echo "chaos sweep: $n seeds ($first..$((first + n - 1))) of $CONFIG ${SETS}in $((SECONDS - start)) s: $((n - failed)) passed," \
      "$failed failed; $faults faults injected in the runs that passed"
 [[ "$failed" -eq 0 ]]

@@ -82,6 +82,16 @@ inline std::vector<float> gaussian_vec(std::size_t n, std::mt19937_64& g, float 
   return v;
 }
 
+/// An fp32 outer gradient of `n` values drawn with standard deviation `sd` (100 tokens, 10 steps).
+inline Frame gaussian_frame(int island, std::uint64_t base, std::size_t n, std::mt19937_64& g, float sd = 1e-2f) {
+  FragmentHeader h;
+  h.island = island;
+  h.base_round = base;
+  h.tokens = 100;
+  h.steps = 10;
+  return encode_fragment(h, CodecParams{}, gaussian_vec(n, g, sd)).value();
+}
+
 inline SyncerSettings lossy_settings(int islands, Encoding enc) {
   auto s = sgd_settings(islands, islands);
   s.outer.kind = "nesterov";

@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(island_heals_from_join_reply) {
     BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
   }
   // A JoinReply crosses the wire as a frame: encode and decode it as the island would.
-  auto msg = decode_message(encode_message(s.join_reply()));
+  auto msg = decode_message(encode_message(s.join_reply(0)));
   BOOST_REQUIRE(msg);
   const auto& reply = std::get<JoinReply>(*msg);
   std::vector<float> fresh(4, 9.0f);
@@ -165,75 +165,76 @@ BOOST_AUTO_TEST_CASE(int4_broadcast_islands_hold_exactly_the_syncers_reconstruct
       for (auto& island : isl) BOOST_REQUIRE(syncer.receive(island->outer_gradient_frame(p).value(), double(s)));
     for (const auto& c : syncer.poll(static_cast<double>(s))) {
       ++commits;
-      const auto frame = syncer.global_frame(c.fragment).value();
-      auto msg = decode_message(frame);
-      BOOST_REQUIRE(msg);
-      const auto& [h, data] = std::get<FragmentMessage>(*msg);
-      BOOST_TEST((h.kind == FragmentKind::global_delta));
-      BOOST_TEST(h.from_round + 1 == h.base_round);
-      // int4 with block 64: 4.5 bits per value instead of 32.
-      BOOST_TEST(8 * (data.payload.size() + 4 * data.scales.size()) <= 4.5 * w.plan.size(c.fragment) + 32);
-      for (auto& island : isl) BOOST_REQUIRE(island->adopt_frame(frame).value());
-      const auto held = syncer.held(c.fragment);
-      for (auto& island : isl) {
-        BOOST_TEST(same_bits(island->global(c.fragment), held));
-        BOOST_TEST(island->base_round(c.fragment) == syncer.held_round(c.fragment));
+      for (int i = 0; i < 2; ++i) {
+        BOOST_REQUIRE(syncer.is_due(c.fragment, i));
+        const auto frame = syncer.frame_for(c.fragment, i).value();
+        BOOST_TEST(!syncer.is_due(c.fragment, i));
+        auto msg = decode_message(frame);
+        BOOST_REQUIRE(msg);
+        const auto& [h, data] = std::get<FragmentMessage>(*msg);
+        BOOST_TEST((h.kind == FragmentKind::global_delta));
+        BOOST_TEST(h.from_round + 1 == h.base_round);
+        // int4 with block 64: 4.5 bits per value instead of 32.
+        BOOST_TEST(8 * (data.payload.size() + 4 * data.scales.size()) <= 4.5 * w.plan.size(c.fragment) + 32);
+        auto& island = isl[static_cast<std::size_t>(i)];
+        BOOST_REQUIRE(island->adopt_frame(frame).value());
+        BOOST_TEST(same_bits(island->global(c.fragment), syncer.held(c.fragment, i)));
+        BOOST_TEST(island->base_round(c.fragment) == syncer.held_round(c.fragment, i));
+        BOOST_TEST(syncer.held_round(c.fragment, i) == syncer.round(c.fragment));
       }
-      BOOST_TEST(syncer.held_round(c.fragment) == syncer.round(c.fragment));
+      // Both islands were sent the same changes from the same start: they hold the same Θ̂.
+      BOOST_TEST(same_bits(syncer.held(c.fragment, 0), syncer.held(c.fragment, 1)));
     }
   }
   BOOST_TEST(commits == 20);
   // Θ̂ is an approximation of Θ, not Θ itself.
   std::vector<float> theta(w.plan.size(1));
   w.plan.gather<float>(1, syncer.params(), theta);
-  const double err = relative_l2_error(theta, syncer.held(1));
+  const double err = relative_l2_error(theta, syncer.held(1, 0));
   BOOST_TEST_MESSAGE("int4 broadcast: ‖Θ − Θ̂‖/‖Θ‖ = " << err);
   BOOST_TEST(err > 0.0);
   BOOST_TEST(err < 0.05);
 }
 
-BOOST_AUTO_TEST_CASE(island_that_missed_a_delta_asks_to_heal_and_ends_on_the_reconstruction) {
+BOOST_AUTO_TEST_CASE(island_that_missed_a_delta_asks_to_heal_and_its_frames_go_on_from_the_heal) {
   Tiny t(128);
   std::mt19937_64 g(3);
   const auto init = gaussian_vec(128, g, 0.1f);
   SyncerCore s(t.plan, init, lossy_settings(2, Encoding::int4));
   const IslandSettings is{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true};
   IslandCore a(t.layout, t.plan, is, AdamWConfig{}, init), b(t.layout, t.plan, is, AdamWConfig{}, init);
+  // One commit of both islands' contributions; returns the frames made for a and b.
   auto round = [&](std::uint64_t r) {
-    for (int i = 0; i < 2; ++i) {
-      FragmentHeader h;
-      h.island = i;
-      h.base_round = r;
-      h.tokens = 100;
-      h.steps = 10;
-      BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, gaussian_vec(128, g, 1e-2f)).value(), 0.0));
-    }
+    for (int i = 0; i < 2; ++i) BOOST_REQUIRE(s.receive(gaussian_frame(i, r, 128, g), 0.0));
     BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
-    return s.global_frame(0).value();
+    return std::make_pair(s.frame_for(0, 0).value(), s.frame_for(0, 1).value());
   };
   const auto f1 = round(0);
-  BOOST_TEST(a.adopt_frame(f1).value());
-  BOOST_TEST(b.adopt_frame(f1).value());
-  BOOST_TEST(!b.adopt_frame(f1).value());  // the same delta twice: nothing new, ignored
+  BOOST_TEST(a.adopt_frame(f1.first).value());
+  BOOST_TEST(b.adopt_frame(f1.second).value());
+  BOOST_TEST(!b.adopt_frame(f1.second).value());  // the same delta twice: nothing new, ignored
   const auto f2 = round(1);
-  BOOST_TEST(a.adopt_frame(f2).value());    // b never gets round 2
+  BOOST_TEST(a.adopt_frame(f2.first).value());    // b's frame of round 2 is lost
   const auto f3 = round(2);
-  BOOST_TEST(a.adopt_frame(f3).value());
-  auto missed = b.adopt_frame(f3);
+  BOOST_TEST(a.adopt_frame(f3.first).value());
+  auto missed = b.adopt_frame(f3.second);
   BOOST_REQUIRE(!missed);
   BOOST_TEST((missed.error().code == errc::missed_round));
   BOOST_TEST(b.base_round(0) == 1u);        // nothing of the delta was applied
-  // The actor shell re-joins: the JoinReply carries Θ̂ in fp32.
-  auto msg = decode_message(encode_message(s.join_reply()));
+  // The actor shell re-joins: the JoinReply carries Θ exactly, in fp32, and b's frames go on from it.
+  auto msg = decode_message(encode_message(s.join_reply(1)));
   BOOST_REQUIRE(msg);
   b.heal(std::get<JoinReply>(*msg), /*keep_local=*/true);
   BOOST_TEST(b.base_round(0) == 3u);
-  BOOST_TEST(same_bits(b.global(0), s.held(0)));
+  std::vector<float> theta(128);
+  t.plan.gather<float>(0, s.params(), theta);
+  BOOST_TEST(same_bits(b.global(0), theta));
+  BOOST_TEST(same_bits(s.held(0, 1), theta));
   const auto f4 = round(3);
-  BOOST_TEST(a.adopt_frame(f4).value());
-  BOOST_TEST(b.adopt_frame(f4).value());
-  BOOST_TEST(same_bits(a.global(0), s.held(0)));
-  BOOST_TEST(same_bits(b.global(0), s.held(0)));
+  BOOST_TEST(a.adopt_frame(f4.first).value());
+  BOOST_TEST(b.adopt_frame(f4.second).value());
+  BOOST_TEST(same_bits(a.global(0), s.held(0, 0)));
+  BOOST_TEST(same_bits(b.global(0), s.held(0, 1)));
 }
 
 BOOST_AUTO_TEST_CASE(island_refuses_a_global_delta_from_an_island_or_of_the_wrong_length) {
@@ -377,13 +378,13 @@ BOOST_AUTO_TEST_CASE(a_time_cadence_makes_islands_of_any_speed_sync_after_the_sa
       IslandCore core(t.layout, t.plan, s, AdamWConfig{}, init);
       double clock = 100.0;  // the island's clock need not start at 0
       core.set_time(clock);
-      core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(), false);
+      core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(0), false);
       BOOST_TEST(core.due().empty());  // no step yet
       {
         IslandCore twin(t.layout, t.plan, s, AdamWConfig{}, init);
         double c2 = 100.0;
         twin.set_time(c2);
-        twin.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(), false);
+        twin.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(0), false);
         BOOST_TEST(steps_until_due(step_s, 1, twin, c2) == first1);  // fragment 1 at its offset
       }
       BOOST_TEST(steps_until_due(step_s, 0, core, clock) == first0);
@@ -399,7 +400,7 @@ BOOST_AUTO_TEST_CASE(a_time_cadence_makes_islands_of_any_speed_sync_after_the_sa
         clock += step_s;
       }
       core.set_time(clock);
-      core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(), true);
+      core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(0), true);
       BOOST_TEST(!core.due(0));
       BOOST_TEST(steps_until_due(step_s, 0, core, clock) == first0 / 2);
     }
@@ -411,7 +412,7 @@ BOOST_AUTO_TEST_CASE(a_time_cadence_makes_islands_of_any_speed_sync_after_the_sa
     IslandCore core(t.layout, t.plan, with_tau, AdamWConfig{}, init);
     double clock = 0.0;
     core.set_time(clock);
-    core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(), false);
+    core.heal(SyncerCore(t.plan, init, SyncerSettings{}).join_reply(0), false);
     BOOST_TEST(steps_until_due(0.5, 0, core, clock) == 2);
     BOOST_REQUIRE(core.outer_gradient_frame(0).has_value());
     const std::vector<float> merged(t.plan.size(0), 0.0f);

@@ -454,6 +454,41 @@ BOOST_AUTO_TEST_CASE(frames_cross_emulated_wan_links_and_rounds_still_commit) {
                                    << commits.back().at << " s");
 }
 
+// With K = 1 each contribution commits on its own. Sent to every island, each commit crosses
+// every down link; sent to its contributors (fragments.broadcast_to), one frame per
+// contribution carries every commit since the island's last, so a down link carries about what
+// its up link does. Frames that fall due while a link is busy wait for it and coalesce.
+BOOST_AUTO_TEST_CASE(frames_to_contributors_keep_the_down_links_near_the_up_links) {
+  std::map<std::string, std::pair<double, double>> carried;  // up, down bytes over all links
+  for (const char* to : {"all", "contributors"}) {
+    auto c = small_config(3, 1, 1);
+    c.train.steps = 24;
+    c.fragments.broadcast_to = *choice_of<BroadcastTo>(to);
+    c.fragments.encoding = c.fragments.broadcast_encoding = "int8";
+    c.wan.enabled = true;
+    c.wan.bandwidth_mbps = 10.0;  // a frame of the model takes a few ms: links are busy at times
+    c.wan.latency_ms = 20.0;
+    c.islands.speed = {1.0, 0.8, 0.6};  // contributions arrive one by one
+    c.islands.chip_flops = 1e7;
+    World w(c, [](Runtime& rt) { rt.simulated = true; });
+    w.settle();
+    w.settle(false);
+    check_commits(w);
+    BOOST_TEST(w.of(Event::Kind::commit).size() >= 12u);
+    // No island missed a frame of its stream (it would re-join), no contribution went stale.
+    BOOST_TEST(w.of(Event::Kind::rejected).empty());
+    BOOST_TEST(w.of(Event::Kind::rejoin).empty());
+    BOOST_TEST(w.of(Event::Kind::dropped).empty());
+    auto& [up, down] = carried[to];
+    for (const auto& l : w.rt->links.report()) up += static_cast<double>(l.up_bytes), down += static_cast<double>(l.down_bytes);
+    BOOST_TEST_MESSAGE("broadcast_to = " << to << ": " << w.of(Event::Kind::commit).size() << " commits, up " << up
+                                         << " B, down " << down << " B");
+  }
+  BOOST_TEST(carried["contributors"].second < 0.5 * carried["all"].second);
+  // One frame down per contribution up, plus the three heals (the whole model in fp32).
+  BOOST_TEST(carried["contributors"].second < 1.5 * carried["contributors"].first);
+}
+
 BOOST_AUTO_TEST_CASE(ddp_mode_on_actors_matches_reference_loop) { check_matches_reference("ddp", 1, 0); }
 
 namespace {
@@ -933,14 +968,14 @@ BOOST_AUTO_TEST_CASE(islands_refuse_the_frames_of_a_deposed_leaders_term) {
     s.outer = w.rt->cfg.outer;
     s.term = term;
     SyncerCore core(w.rt->plan, w.rt->initial, s);
-    auto broadcast = core.global_frame(0);
+    auto broadcast = core.frame_for(0, 1);
     BOOST_REQUIRE(broadcast.has_value());
     auto wire = [](const Frame& f) {
       WireFrame out;
       for (auto b : f) out.bytes.push_back(static_cast<std::uint8_t>(b));
       return out;
     };
-    return std::make_pair(wire(*broadcast), wire(encode_message(core.join_reply(), term)));
+    return std::make_pair(wire(*broadcast), wire(encode_message(core.join_reply(1), term)));
   };
   const auto island = w.rt->dir.island(1);
   const auto heals = [&] { return w.of(Event::Kind::heal).size() + w.of(Event::Kind::rejoin).size(); };

@@ -70,8 +70,8 @@ std::vector<float> lockstep(const RunConfig& cfg) {
       for (auto& island : isl) BOOST_REQUIRE(syncer.receive(island->outer_gradient_frame(p).value(), double(s)));
     for (const auto& c : syncer.poll(static_cast<double>(s))) {
       BOOST_REQUIRE(c.merged == M);
-      auto frame = syncer.global_frame(c.fragment).value();
-      for (auto& island : isl) BOOST_REQUIRE(island->adopt_frame(frame).value());
+      for (int i = 0; i < M; ++i)
+        BOOST_REQUIRE(isl[static_cast<std::size_t>(i)]->adopt_frame(syncer.frame_for(c.fragment, i).value()).value());
     }
   }
   return std::vector<float>(syncer.params().begin(), syncer.params().end());
@@ -399,9 +399,9 @@ BOOST_AUTO_TEST_CASE(broadcast_residual_stays_bounded_over_fifty_rounds) {
           BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, gaussian_vec(256, g, 1e-2f)).value(), 0.0));
         }
         BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
-        BOOST_REQUIRE(s.global_frame(0));
+        BOOST_REQUIRE(s.frame_for(0, 0));
         t.plan.gather<float>(0, s.params(), after);
-        const auto held = s.held(0);
+        const auto held = s.held(0, 0);
         double step = 0.0, res = 0.0;
         for (std::size_t j = 0; j < 256; ++j) {
           step = std::max(step, std::abs(double(after[j]) - before[j]));
@@ -444,7 +444,7 @@ BOOST_AUTO_TEST_CASE(fp32_broadcast_sends_the_global_parameters_as_before) {
   }
   // The broadcast encoding never changes Θ itself.
   BOOST_TEST(same_bits(exact.params(), lossy.params()));
-  auto msg = decode_message(exact.global_frame(0).value());
+  auto msg = decode_message(exact.frame_for(0, 0).value());
   BOOST_REQUIRE(msg);
   const auto& f = std::get<FragmentMessage>(*msg);
   BOOST_TEST((f.header.kind == FragmentKind::global_params));
@@ -453,7 +453,88 @@ BOOST_AUTO_TEST_CASE(fp32_broadcast_sends_the_global_parameters_as_before) {
   std::vector<float> got(128);
   BOOST_REQUIRE(decode(EncodedView(f.data), std::span<float>(got)));
   BOOST_TEST(same_bits(got, exact.params()));
-  BOOST_TEST(same_bits(exact.held(0), exact.params()));
+  BOOST_TEST(same_bits(exact.held(0, 0), exact.params()));
+}
+
+// ---- coalesced frames: with broadcast_to = contributors an island hears of the commits that
+// counted its contribution, in one frame carrying every commit since its last ----
+
+BOOST_AUTO_TEST_CASE(contributors_get_one_frame_with_every_commit_since_their_last) {
+  for (auto enc : {Encoding::fp32, Encoding::int4}) {
+    BOOST_TEST_CONTEXT(to_string(enc)) {
+      Tiny t(128);
+      std::mt19937_64 g(21);
+      const auto init = gaussian_vec(128, g, 0.1f);
+      auto settings = lossy_settings(3, enc);
+      settings.quorum.min_islands = 1;  // K = 1: each arrival commits on its own
+      settings.broadcast_to = BroadcastTo::contributors;
+      SyncerCore s(t.plan, init, settings);
+      const IslandSettings is{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true};
+      IslandCore island1(t.layout, t.plan, is, AdamWConfig{}, init);
+      auto contribute = [&](int island, std::uint64_t base) {
+        BOOST_REQUIRE(s.receive(gaussian_frame(island, base, 128, g), 0.0));
+        BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+      };
+      contribute(0, 0);  // round 1: only island 0 is due
+      BOOST_TEST(s.due(0) == std::vector<int>{0});
+      BOOST_REQUIRE(s.frame_for(0, 0));
+      BOOST_TEST(s.due(0).empty());
+      contribute(2, 0);  // round 2: island 2
+      contribute(0, 1);  // round 3: island 0 again (it held round 1)
+      BOOST_TEST(s.due(0) == (std::vector<int>{0, 2}));
+      contribute(1, 0);  // round 4: island 1, which holds round 0
+      BOOST_TEST(s.due(0) == (std::vector<int>{0, 1, 2}));
+      // Island 1 gets rounds 1-4 in one frame, from the round it holds.
+      const auto frame = s.frame_for(0, 1).value();
+      auto msg = decode_message(frame);
+      BOOST_REQUIRE(msg);
+      const auto& h = std::get<FragmentMessage>(*msg).header;
+      BOOST_TEST(h.base_round == 4u);
+      if (enc == Encoding::int4) BOOST_TEST(h.from_round == 0u);
+      BOOST_REQUIRE(island1.adopt_frame(frame).value());
+      BOOST_TEST(island1.base_round(0) == 4u);
+      BOOST_TEST(same_bits(island1.global(0), s.held(0, 1)));
+      if (enc == Encoding::fp32) BOOST_TEST(same_bits(island1.global(0), s.params()));
+      // int4: Θ̂ of island 1 is within one quantisation step of Θ, not a sum of four errors.
+      else BOOST_TEST(relative_l2_error(s.params(), s.held(0, 1)) < 0.05);
+      BOOST_TEST(s.held_round(0, 1) == 4u);
+      BOOST_TEST(s.held_round(0, 0) == 1u);  // island 0's frame of round 3 is still due
+      BOOST_TEST(s.is_due(0, 0));
+      BOOST_TEST(!s.is_due(0, 1));
+      // A (re)join gives an island everything exactly: nothing more is due to it.
+      (void)s.join_reply(0);
+      BOOST_TEST(!s.is_due(0, 0));
+      BOOST_TEST(s.held_round(0, 0) == 4u);
+      BOOST_TEST(same_bits(s.held(0, 0), s.params()));
+      BOOST_TEST(!s.frame_for(0, 3));  // not an island of the run
+    }
+  }
+}
+
+// An island whose contributions never reach a commit (each one too stale) would never be sent
+// a frame by its contributions alone: it is sent one once it falls max_staleness rounds behind.
+BOOST_AUTO_TEST_CASE(contributors_mode_sends_to_an_island_falling_max_staleness_behind) {
+  Tiny t(128);
+  std::mt19937_64 g(23);
+  const auto init = gaussian_vec(128, g, 0.1f);
+  auto settings = lossy_settings(2, Encoding::int4);
+  settings.quorum.min_islands = 1;
+  settings.broadcast_to = BroadcastTo::contributors;
+  settings.merge.max_staleness = 3;
+  SyncerCore s(t.plan, init, settings);
+  for (std::uint64_t r = 0; r < 3; ++r) {
+    BOOST_TEST(!s.is_due(0, 1));
+    BOOST_REQUIRE(s.receive(gaussian_frame(0, r, 128, g), 0.0));
+    BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+    BOOST_REQUIRE(s.frame_for(0, 0));
+  }
+  BOOST_TEST(s.is_due(0, 1));  // 3 rounds behind: its next contribution would be refused
+  const auto frame = s.frame_for(0, 1);
+  BOOST_REQUIRE(frame);
+  BOOST_TEST(s.held_round(0, 1) == 3u);
+  auto again = s.frame_for(0, 1);  // nothing new: refused rather than a frame the island ignores
+  BOOST_REQUIRE(!again);
+  BOOST_TEST((again.error().code == errc::stale_round));
 }
 
 BOOST_AUTO_TEST_CASE(restored_lossy_syncer_heals_islands_onto_its_parameters) {
@@ -472,16 +553,15 @@ BOOST_AUTO_TEST_CASE(restored_lossy_syncer_heals_islands_onto_its_parameters) {
     }
     BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
   }
-  BOOST_TEST(!same_bits(s.held(0), s.params()));
+  BOOST_REQUIRE(s.frame_for(0, 0));
+  BOOST_TEST(!same_bits(s.held(0, 0), s.params()));
   SyncerCore restored(t.plan, init, lossy_settings(2, Encoding::int4));
   BOOST_REQUIRE(restored.restore(s.snapshot()));
-  BOOST_TEST(same_bits(restored.held(0), s.params()));  // Θ̂ = Θ after a restore
-  BOOST_TEST(restored.held_round(0) == 3u);
-  auto msg = decode_message(restored.global_frame(0).value());  // no commit yet: Θ̂ in full
-  BOOST_REQUIRE(msg);
-  BOOST_TEST((std::get<FragmentMessage>(*msg).header.kind == FragmentKind::global_params));
+  BOOST_TEST(same_bits(restored.held(0, 0), s.params()));  // Θ̂ = Θ after a restore
+  BOOST_TEST(restored.held_round(0, 0) == 3u);
+  BOOST_TEST(!restored.is_due(0, 0));  // nothing until a commit: islands re-join and heal
   IslandCore a(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, init);
-  auto reply = decode_message(encode_message(restored.join_reply()));
+  auto reply = decode_message(encode_message(restored.join_reply(0)));
   BOOST_REQUIRE(reply);
   a.heal(std::get<JoinReply>(*reply), /*keep_local=*/true);
   BOOST_TEST(same_bits(a.global(0), s.params()));
@@ -515,7 +595,7 @@ BOOST_AUTO_TEST_CASE(syncer_commit_that_overflows_is_reported_and_never_snapshot
     BOOST_TEST(s.health().error().reason.find("global fragment 0 holds NaN or infinity after round 2") !=
                std::string::npos);
     BOOST_TEST(!s.snapshot_due());  // a diverged state never replaces the last good snapshot
-    BOOST_TEST(!s.global_frame(0));  // and nothing of it can be broadcast
+    BOOST_TEST(!s.frame_for(0, 0));  // and nothing of it can be sent
   }
 }
 

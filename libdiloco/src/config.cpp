@@ -147,6 +147,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"fragments", "alpha", &c.fragments.alpha, "local share when adopting: α·local + (1−α)·global; <0: 0.5 if tau>0 else 0"},
       {"fragments", "encoding", &c.fragments.encoding, "decoupled: outer gradients on the wire: fp32, bf16, int8, int4 or e3m0"},
       {"fragments", "broadcast_encoding", &c.fragments.broadcast_encoding, "actors: merged fragments on the wire: fp32 (exact) or bf16/int8/int4/e3m0 (their change, with error feedback)"},
+      {"fragments", "broadcast_to", choice(&c.fragments.broadcast_to), "actors: who gets a commit: \"all\" islands, or its \"contributors\" (each one frame with every commit since its last)"},
       {"fragments", "block_size", &c.fragments.block_size, "decoupled: values per scale of int8/int4/e3m0"},
       {"fragments", "error_feedback", &c.fragments.error_feedback, "decoupled: carry the quantisation residual into the next send"},
 

@@ -224,7 +224,7 @@ Expected<bool> IslandCore::adopt_frame(std::span<const std::byte> frame) {
     if (h.from_round != newest)
       return Error{errc::missed_round, "global delta of fragment " + std::to_string(p) + " applies to round " +
                                            std::to_string(h.from_round) + ", the island holds round " + std::to_string(newest)};
-    // Θ̂_p += decoded change, the same float sum as the syncer's (SyncerCore::encode_delta).
+    // Θ̂_p += decoded change, the same float sum as the syncer's (SyncerCore::frame_for).
     for (std::size_t j = 0; j < values.size(); ++j) values[j] = (*base)[j] + values[j];
   }
   return adopt(p, h.base_round, values);

@@ -109,13 +109,14 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   for (auto& s : state_) s.live_islands = settings_.islands;
   finished_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), false);
   last_step_.assign(finished_.size(), 0);
-  if (lossy()) {
-    for (int p = 0; p < plan.count(); ++p) {
-      held_.emplace_back(plan.size(p));
-      plan.gather<float>(p, params_, held_.back());
+  sent_.resize(P);
+  for (int p = 0; p < plan.count(); ++p) {
+    Sent first;  // every island starts from the initial parameters, round 0
+    if (lossy()) {
+      first.hat.resize(plan.size(p));
+      plan.gather<float>(p, params_, first.hat);
     }
-    held_round_.assign(P, 0);
-    broadcast_.resize(P);
+    sent_[static_cast<std::size_t>(p)].assign(finished_.size(), first);
   }
 }
 
@@ -249,7 +250,16 @@ Commit SyncerCore::commit(int p, double now) {
     health_ = Error{errc::non_finite, "global fragment " + std::to_string(p) + " holds NaN or infinity after round " +
                                           std::to_string(c.round) + " (outer step on the merge of islands " + who + ")"};
   }
-  if (lossy()) encode_delta(p, theta_);
+  // Who hears of it: everyone, or those whose contribution it counted (merged or too stale),
+  // and any island that fell max_staleness rounds behind: its contributions would be refused
+  // as stale from the next commit on, and only a frame moves its base on.
+  const std::uint64_t lag = std::max<std::uint64_t>(settings_.merge.max_staleness, 1);
+  for (std::size_t k = 0; k < sent_[i].size(); ++k) {
+    const bool counted = std::any_of(pending_[i].begin(), pending_[i].end(),
+                                     [&](const Pending& x) { return x.header.island == static_cast<int>(k); });
+    if (settings_.broadcast_to == BroadcastTo::all || counted || rounds_[i] - sent_[i][k].round >= lag)
+      sent_[i][k].due = true;
+  }
   pending_[i].clear();
   open_round(p, now);
   ++stats_.commits;
@@ -307,70 +317,107 @@ const SyncerStats& SyncerCore::stats() const {
   return stats_;
 }
 
-void SyncerCore::encode_delta(int p, std::span<const float> theta) {
+SyncerCore::Sent* SyncerCore::sent(int p, int island) {
+  if (p < 0 || p >= plan_->count() || island < 0 || island >= settings_.islands) return nullptr;
+  return &sent_[static_cast<std::size_t>(p)][static_cast<std::size_t>(island)];
+}
+
+const SyncerCore::Sent* SyncerCore::sent(int p, int island) const {
+  return const_cast<SyncerCore*>(this)->sent(p, island);
+}
+
+std::vector<int> SyncerCore::due(int p) const {
+  std::vector<int> out;
+  for (int i = 0; i < settings_.islands; ++i)
+    if (is_due(p, i)) out.push_back(i);
+  return out;
+}
+
+bool SyncerCore::is_due(int p, int island) const {
+  const Sent* s = sent(p, island);
+  return s && s->due;
+}
+
+Expected<Frame> SyncerCore::frame_for(int p, int island) {
+  Sent* s = sent(p, island);
+  if (!s)
+    return Error{p < 0 || p >= plan_->count() ? errc::unknown_fragment : errc::unknown_sender,
+                 "no fragment " + std::to_string(p) + " of island " + std::to_string(island) + " in this run"};
+  if (!health_) return health_.error();
   const auto i = static_cast<std::size_t>(p);
-  auto& hat = held_[i];
-  // d = Θ_p − Θ̂_p: this commit's change plus whatever earlier broadcasts left out. Θ̂ moves
-  // only by what the islands decode, so the quantisation residual stays in the next d (error
-  // feedback without a separate residual) and Θ̂ − Θ stays bounded.
-  delta_.resize(hat.size());
-  for (std::size_t j = 0; j < hat.size(); ++j) delta_[j] = theta[j] - hat[j];
+  // A lossy frame from a round to the same round would move the syncer's Θ̂ by the residual
+  // while the island, holding that round, ignores it: the two would part silently.
+  if (lossy() && s->round == rounds_[i])
+    return Error{errc::stale_round, "island " + std::to_string(island) + " already holds round " + std::to_string(s->round) +
+                                        " of fragment " + std::to_string(p) + ": nothing to send"};
   FragmentHeader h;
-  h.kind = FragmentKind::global_delta;
   h.island = syncer_id;
   h.index = static_cast<std::uint32_t>(p);
   h.base_round = rounds_[i];
-  h.from_round = held_round_[i];
-  auto enc = encode(settings_.broadcast, delta_);
+  theta_.resize(plan_->size(p));
+  plan_->gather<float>(p, params_, theta_);
   // Θ diverged (or Θ − Θ̂ overflows): nothing can be sent, and the run cannot go on.
-  auto fail = [&](const Error& e) {
-    broadcast_[i] = Expected<Frame>(e);
+  auto fail = [&](const Error& e) -> Expected<Frame> {
     if (health_)
       health_ = Error{errc::non_finite, "merged fragment " + std::to_string(p) + " of round " + std::to_string(rounds_[i]) +
-                                            " cannot be encoded for its broadcast: " + e.message()};
+                                            " cannot be encoded for island " + std::to_string(island) + ": " + e.message()};
+    return health_.error();
   };
+  if (!lossy()) {
+    h.kind = FragmentKind::global_params;
+    auto f = encode_fragment(h, settings_.broadcast, theta_, settings_.term);
+    if (!f) return fail(f.error());
+    s->round = rounds_[i];
+    s->due = false;
+    return f;
+  }
+  // d = Θ_p − Θ̂_p: every commit since the island's last frame plus whatever earlier frames left
+  // out. Θ̂ moves only by what the island decodes, so the quantisation residual stays in the
+  // next d (error feedback without a separate residual) and Θ̂ − Θ stays bounded.
+  auto& hat = s->hat;
+  delta_.resize(hat.size());
+  for (std::size_t j = 0; j < hat.size(); ++j) delta_[j] = theta_[j] - hat[j];
+  h.kind = FragmentKind::global_delta;
+  h.from_round = s->round;
+  auto enc = encode(settings_.broadcast, delta_);
   if (!enc) return fail(enc.error());
-  sent_.resize(hat.size());
-  if (auto st = decode(*enc, std::span<float>(sent_)); !st) return fail(st.error());
-  // The islands compute exactly this sum (IslandCore::adopt_frame): Θ̂ is bit-equal on both ends.
-  for (std::size_t j = 0; j < hat.size(); ++j) hat[j] += sent_[j];
-  held_round_[i] = rounds_[i];
-  broadcast_[i] = Expected<Frame>(encode_message(FragmentMessage{h, std::move(*enc)}, settings_.term));
+  decoded_.resize(hat.size());
+  if (auto st = decode(*enc, std::span<float>(decoded_)); !st) return fail(st.error());
+  // The island computes exactly this sum (IslandCore::adopt_frame): Θ̂ is bit-equal on both ends.
+  for (std::size_t j = 0; j < hat.size(); ++j) hat[j] += decoded_[j];
+  s->round = rounds_[i];
+  s->due = false;
+  return encode_message(FragmentMessage{h, std::move(*enc)}, settings_.term);
 }
 
-Expected<Frame> SyncerCore::global_frame(int p) const {
-  const auto i = static_cast<std::size_t>(p);
-  if (lossy() && broadcast_[i]) return *broadcast_[i];
-  FragmentHeader h;
-  h.kind = FragmentKind::global_params;
-  h.island = syncer_id;
-  h.index = static_cast<std::uint32_t>(p);
-  h.base_round = held_round(p);
-  return encode_fragment(h, lossy() ? CodecParams{} : settings_.broadcast, held(p), settings_.term);
-}
-
-std::vector<float> SyncerCore::held(int p) const {
-  const auto i = static_cast<std::size_t>(p);
-  if (i < held_.size()) return held_[i];
+std::vector<float> SyncerCore::held(int p, int island) const {
+  if (const Sent* s = sent(p, island); s && lossy()) return s->hat;
   std::vector<float> v(plan_->size(p));
   plan_->gather<float>(p, params_, v);
   return v;
 }
 
-std::uint64_t SyncerCore::held_round(int p) const {
-  const auto i = static_cast<std::size_t>(p);
-  return i < held_round_.size() ? held_round_[i] : rounds_[i];
+std::uint64_t SyncerCore::held_round(int p, int island) const {
+  const Sent* s = sent(p, island);
+  return s ? s->round : rounds_[static_cast<std::size_t>(p)];
 }
 
-JoinReply SyncerCore::join_reply() const {
+JoinReply SyncerCore::join_reply(int island) {
   JoinReply r;
   for (int p = 0; p < plan_->count(); ++p) {
     FragmentMessage m;
     m.header.kind = FragmentKind::global_params;
     m.header.island = syncer_id;
     m.header.index = static_cast<std::uint32_t>(p);
-    m.header.base_round = held_round(p);
-    m.data = encode(CodecParams{}, held(p)).value();  // fp32: the heal is exact
+    m.header.base_round = rounds_[static_cast<std::size_t>(p)];
+    theta_.resize(plan_->size(p));
+    plan_->gather<float>(p, params_, theta_);
+    m.data = encode(CodecParams{}, theta_).value();  // fp32: the heal is exact
+    if (Sent* s = sent(p, island)) {
+      s->round = rounds_[static_cast<std::size_t>(p)];
+      s->due = false;
+      if (lossy()) s->hat = theta_;
+    }
     r.fragments.push_back(std::move(m));
   }
   return r;
@@ -435,13 +482,13 @@ Status SyncerCore::restore(const Checkpoint& cp) {
     std::fill(merged_base_[p].begin(), merged_base_[p].end(), 0);
     open_round(static_cast<int>(p), state_[p].opened_at);
   }
-  if (lossy()) {
-    for (std::size_t p = 0; p < P; ++p) {
-      plan_->gather<float>(static_cast<int>(p), params_, held_[p]);
-      held_round_[p] = rounds_[p];
-      broadcast_[p].reset();
+  // Islands re-join a restored syncer and heal from Θ (join_reply): until then nothing is due.
+  for (std::size_t p = 0; p < P; ++p)
+    for (auto& x : sent_[p]) {
+      x.round = rounds_[p];
+      x.due = false;
+      if (lossy()) plan_->gather<float>(static_cast<int>(p), params_, x.hat);
     }
-  }
   finished_count_ = 0;
   for (std::size_t i = 0; i < finished_.size(); ++i) {
     finished_[i] = meta->finished[i];

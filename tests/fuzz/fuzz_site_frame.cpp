@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   SyncerCore core = run.core();
   switch (want) {
     case MessageType::join_request:
-      (void)core.join_reply();
+      (void)core.join_reply(f->island);
       break;
     case MessageType::progress: {
       const auto& pm = std::get<ProgressMessage>(f->message);

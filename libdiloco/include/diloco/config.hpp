@@ -81,6 +81,8 @@ struct FragmentConfig {
   std::string encoding = "fp32"; // outer gradients on the wire: fp32, bf16, int8, int4, e3m0
   std::string broadcast_encoding = "fp32"; // merged fragments on the wire: fp32 (exact Θ) or a lossy one
                                            // (quantised change of Θ̂ with error feedback)
+  BroadcastTo broadcast_to = BroadcastTo::all;  // after a commit: every island, or its contributors
+                                                // (one frame each with every commit since their last)
   int block_size = 64;           // values per scale (int8, int4, e3m0)
   bool error_feedback = true;    // carry the quantisation residual into the next send
 };

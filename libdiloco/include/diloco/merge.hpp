@@ -40,6 +40,17 @@ struct Choices<GraceRule> {
       {GraceRule::none, "none"}, {GraceRule::fixed, "fixed"}, {GraceRule::adaptive, "adaptive"}};
 };
 
+/// Who hears of a commit of fragment p (SyncerCore::due): every island (the change of each
+/// commit goes to all), or the islands whose contribution took part in it (merged, or dropped
+/// as too stale): each of those gets one frame carrying every commit since the last it was
+/// sent, so the down link carries about what the up link does (one frame per contribution).
+enum class BroadcastTo { all, contributors };
+template <>
+struct Choices<BroadcastTo> {
+  static constexpr std::pair<BroadcastTo, std::string_view> all[] = {{BroadcastTo::all, "all"},
+                                                                     {BroadcastTo::contributors, "contributors"}};
+};
+
 /// How contributions are combined (Decoupled DiLoCo, arXiv 2604.21428; defaults configurable).
 struct MergeConfig {
   Weighting weighting = Weighting::tokens;

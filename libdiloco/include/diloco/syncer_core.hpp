@@ -29,7 +29,8 @@ struct SyncerSettings {
   QuorumConfig quorum;
   OuterConfig outer;
   CodecParams broadcast;         // fp32: broadcasts Θ_p exactly (global_params); lossy: the quantised
-                                 // change of Θ̂_p (global_delta, error feedback by construction)
+                                 // change of the island's Θ̂_p (global_delta, error feedback by construction)
+  BroadcastTo broadcast_to = BroadcastTo::all;  // who is due a frame after a commit (due())
   long snapshot_every = 0;       // global rounds between snapshots on disk (0: never; snapshot_due)
   std::uint64_t term = 0;        // a replicated syncer's leader: its term, carried by every frame it
                                  // encodes (sites refuse older terms); 0 otherwise
@@ -120,16 +121,27 @@ public:
   const SyncerStats& stats() const;
   const SyncerSettings& settings() const { return settings_; }
 
-  /// The broadcast of fragment p's latest commit. fp32: Θ_p as a global_params frame with its
-  /// current round. Lossy: the global_delta that commit produced (the same frame on every call;
-  /// Θ̂_p already moved by it); before any commit, or after restore(), Θ̂_p as global_params.
-  Expected<Frame> global_frame(int p) const;
-  /// Θ̂_p: the fragment every island reconstructs from the broadcasts (Θ_p with fp32).
-  std::vector<float> held(int p) const;
-  std::uint64_t held_round(int p) const;
-  /// Every Θ̂_p with its round, in fp32: what a (re)starting island heals from. Θ̂ rather than Θ,
-  /// so healed islands hold the same base as the others and the next delta applies to it.
-  JoinReply join_reply() const;
+  /// The islands due a frame of fragment p (settings().broadcast_to): after a commit, every
+  /// island, or the islands whose contribution it counted and any that fell merge.max_staleness
+  /// rounds behind; an island stays due until frame_for() or join_reply() gives it the
+  /// fragment. One frame carries every commit since the island's last.
+  std::vector<int> due(int p) const;
+  bool is_due(int p, int island) const;
+  /// The frame that brings island `island` from what it was last sent of fragment p to Θ_p now,
+  /// and marks it sent (no longer due). fp32: Θ_p as global_params with the current round.
+  /// Lossy: the quantised Θ_p − Θ̂ as global_delta from the round the island holds, where Θ̂ is
+  /// what that island reconstructs; Θ̂ moves only by what it decodes, so the residual stays in
+  /// the next frame (error feedback). Frames of one island must reach it in the order made. A
+  /// fragment that cannot be encoded (Θ diverged) turns health() into errc::non_finite. Lossy:
+  /// refused (stale_round) when the island already holds the current round.
+  Expected<Frame> frame_for(int p, int island);
+  /// Θ̂_p of island `island`: the fragment it reconstructs from its frames (with fp32, Θ_p as it
+  /// is now), and the round it was last sent.
+  std::vector<float> held(int p, int island) const;
+  std::uint64_t held_round(int p, int island) const;
+  /// Every Θ_p with its round, in fp32, for island `island` (re)joining: the heal is exact, and
+  /// the island's Θ̂ and round restart from it (nothing is due to it any more).
+  JoinReply join_reply(int island);
 
   /// The state a restart needs: global params, outer momentum, rounds (checkpoint.hpp), and in
   /// the metadata the outer optimizers' step counts and each island's last step and finished flag.
@@ -162,7 +174,14 @@ private:
   RoundState effective(int p, QuorumConfig& q) const;
   void open_round(int p, double now);
   bool lossy() const { return settings_.broadcast.encoding != Encoding::fp32; }
-  void encode_delta(int p, std::span<const float> theta);
+  /// What island i was last sent of fragment p (sent_[p][i]), -1 when i is not an island of the run.
+  struct Sent {
+    std::uint64_t round = 0;     // the round it holds from the syncer
+    bool due = false;            // a commit it has not heard of is due to it
+    std::vector<float> hat;      // lossy broadcasts only: Θ̂_p as it reconstructs it
+  };
+  Sent* sent(int p, int island);
+  const Sent* sent(int p, int island) const;
 
   const FragmentPlan* plan_;
   SyncerSettings settings_;
@@ -183,11 +202,8 @@ private:
   std::uint64_t snapshot_round_ = 0;
   std::vector<double> rx_, merged_;
   std::vector<float> theta_;
-  // Lossy broadcasts only: [p] Θ̂_p, its round, and the global_delta of its latest commit.
-  std::vector<std::vector<float>> held_;
-  std::vector<std::uint64_t> held_round_;
-  std::vector<std::optional<Expected<Frame>>> broadcast_;
-  std::vector<float> delta_, sent_;
+  std::vector<std::vector<Sent>> sent_;  // [p][island]
+  std::vector<float> delta_, decoded_;
 };
 
 /// A syncer's state file (syncer.checkpoint) read for a (re)start: nullopt when there is none;

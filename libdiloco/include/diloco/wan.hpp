@@ -48,6 +48,9 @@ public:
   explicit WanLink(LinkConfig cfg);
   /// Sends `bytes` at time `now` (seconds); calls must come with non-decreasing `now`.
   Delivery send(std::uint64_t bytes, double now);
+  /// When the link finishes transmitting what it was given so far (0 before the first send):
+  /// a sender that can wait, and coalesce what it has, sends once the link is free.
+  double busy_until() const { return busy_until_; }
   /// Whether the link is inside a partition at `t`.
   bool partitioned(double t) const;
   std::uint64_t bytes_carried() const { return bytes_; }  // all transmissions

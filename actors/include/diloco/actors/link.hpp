@@ -32,6 +32,10 @@ public:
   /// through partitions. `now` is relative to the run's start.
   double delay(int island, bool up, std::size_t bytes, double now);
 
+  /// When the link between island `island` and the syncer finishes transmitting what it was
+  /// given (relative to the run's start; 0 without links): until then a frame would queue.
+  double busy_until(int island, bool up) const;
+
   /// What all links carried: bytes (retransmissions included) and retransmissions.
   struct Totals {
     std::uint64_t bytes = 0;
