@@ -67,8 +67,8 @@ std::vector<SiteLinks::Report> SiteLinks::report() const {
   for (std::size_t s = 0; s < sites_.size(); ++s) {
     auto& l = *sites_[s];
     std::lock_guard lk(l.mu);
-    out.push_back({site_name(cfg_, static_cast<int>(s)), l.up.bytes_carried(), l.down.bytes_carried(),
-                   l.up.peak_utilisation(1.0), l.down.peak_utilisation(1.0), l.up.config().bandwidth_Bps});
+    out.push_back({site_name(cfg_, static_cast<int>(s)), l.up.bytes_carried(), l.down.bytes_carried(), l.up.messages(),
+                   l.down.messages(), l.up.peak_utilisation(1.0), l.down.peak_utilisation(1.0), l.up.config().bandwidth_Bps});
   }
   return out;
 }

@@ -219,9 +219,10 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     e.contributions = c.contributions, e.live = c.live, e.flush = c.flush, e.finite = c.finite, e.frames = c.frames;
     rt.emit(e);
   }
-  if (!commits.empty() || t_link > 0.0) {
+  if ((!commits.empty() && st.link_free_tick == std::numeric_limits<double>::infinity()) || t_link > 0.0) {
     // t_sync of the adaptive grace: merging and sending plus the slowest link's delivery (of
-    // frames sent at the commit, or later once their link was free).
+    // frames sent at the commit, or later once their link was free; a commit whose frames all
+    // wait for a link is measured when they leave, from then: the wait itself is not counted).
     // (Simulated: the links' time alone; a wall-clock reading would make the run unrepeatable.)
     const double t = (rt.simulated ? 0.0 : std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count()) + t_link;
     st.t_sync = st.t_sync == 0.0 ? t : 0.9 * st.t_sync + 0.1 * t;

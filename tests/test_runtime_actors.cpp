@@ -484,9 +484,43 @@ BOOST_AUTO_TEST_CASE(frames_to_contributors_keep_the_down_links_near_the_up_link
     BOOST_TEST_MESSAGE("broadcast_to = " << to << ": " << w.of(Event::Kind::commit).size() << " commits, up " << up
                                          << " B, down " << down << " B");
   }
-  BOOST_TEST(carried["contributors"].second < 0.5 * carried["all"].second);
-  // One frame down per contribution up, plus the three heals (the whole model in fp32).
-  BOOST_TEST(carried["contributors"].second < 1.5 * carried["contributors"].first);
+  BOOST_TEST(carried["contributors"].second < 0.6 * carried["all"].second);
+  // At most one frame down per contribution up, plus the three heals (the whole model in fp32).
+  BOOST_TEST(carried["contributors"].second < 1.7 * carried["contributors"].first);
+}
+
+// A frame falls due at a commit but leaves once the island's down link is free: on a link fast
+// enough every commit reaches every island in a frame of its own; on a slow one the commits that
+// fall due while it is busy leave as one frame, and the islands hold the same rounds in the end.
+BOOST_AUTO_TEST_CASE(frames_that_fall_due_while_a_link_is_busy_leave_as_one) {
+  auto run = [](double mbps) {
+    auto c = small_config(3, 1, 1);
+    c.train.steps = 24;
+    c.fragments.encoding = c.fragments.broadcast_encoding = "int8";
+    c.wan.enabled = true;
+    c.wan.bandwidth_mbps = mbps;
+    c.wan.latency_ms = 20.0;
+    c.islands.speed = {1.0, 0.8, 0.6};
+    c.islands.chip_flops = 1e7;
+    World w(c, [](Runtime& rt) { rt.simulated = true; });
+    w.settle();
+    w.settle(false);
+    check_commits(w);
+    BOOST_TEST(w.of(Event::Kind::rejoin).empty());  // no island missed a frame of its stream
+    std::uint64_t down = 0;
+    for (const auto& l : w.rt->links.report()) down += l.down_messages;
+    const auto commits = w.of(Event::Kind::commit).size();
+    BOOST_TEST_MESSAGE(mbps << " Mbit/s: " << commits << " commits, " << down << " frames down, "
+                            << w.of(Event::Kind::join).size() << " joins, " << w.rt->syncer.bytes_down.load() << " B");
+    return std::make_pair(commits, down);
+  };
+  const auto [fast_commits, fast_down] = run(1000.0);
+  // A frame per commit and island, and 3 heals (the last commits find islands that finished gone).
+  BOOST_TEST(fast_down + 3 >= 3 * fast_commits);
+  const auto [slow_commits, slow_down] = run(0.2);
+  BOOST_TEST(slow_commits > 0u);
+  BOOST_TEST(slow_down < 3 * slow_commits);  // heals included: frames carried several commits
+  BOOST_TEST(static_cast<double>(slow_down) / slow_commits < static_cast<double>(fast_down) / fast_commits);
 }
 
 BOOST_AUTO_TEST_CASE(ddp_mode_on_actors_matches_reference_loop) { check_matches_reference("ddp", 1, 0); }

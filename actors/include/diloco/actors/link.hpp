@@ -47,6 +47,7 @@ public:
   struct Report {
     std::string site;
     std::uint64_t up_bytes = 0, down_bytes = 0;
+    std::uint64_t up_messages = 0, down_messages = 0;  // frames, each once
     double up_peak = 0.0, down_peak = 0.0;  // in [0, 1]
     double bandwidth_Bps = 0.0;
   };
