@@ -182,8 +182,10 @@ BOOST_AUTO_TEST_CASE(int4_broadcast_islands_hold_exactly_the_syncers_reconstruct
         BOOST_TEST(island->base_round(c.fragment) == syncer.held_round(c.fragment, i));
         BOOST_TEST(syncer.held_round(c.fragment, i) == syncer.round(c.fragment));
       }
-      // Both islands were sent the same changes from the same start: they hold the same Θ̂.
+      // Both islands were sent the same changes from the same start: they hold the same Θ̂,
+      // and the syncer keeps it once (one encode per commit, not one per island).
       BOOST_TEST(same_bits(syncer.held(c.fragment, 0), syncer.held(c.fragment, 1)));
+      BOOST_TEST(syncer.reconstructions(c.fragment) == 1u);
     }
   }
   BOOST_TEST(commits == 20);
@@ -210,6 +212,7 @@ BOOST_AUTO_TEST_CASE(island_that_missed_a_delta_asks_to_heal_and_its_frames_go_o
     return std::make_pair(s.frame_for(0, 0).value(), s.frame_for(0, 1).value());
   };
   const auto f1 = round(0);
+  BOOST_TEST(f1.first == f1.second);  // both at the same Θ̂: the same frame
   BOOST_TEST(a.adopt_frame(f1.first).value());
   BOOST_TEST(b.adopt_frame(f1.second).value());
   BOOST_TEST(!b.adopt_frame(f1.second).value());  // the same delta twice: nothing new, ignored
@@ -230,6 +233,7 @@ BOOST_AUTO_TEST_CASE(island_that_missed_a_delta_asks_to_heal_and_its_frames_go_o
   t.plan.gather<float>(0, s.params(), theta);
   BOOST_TEST(same_bits(b.global(0), theta));
   BOOST_TEST(same_bits(s.held(0, 1), theta));
+  BOOST_TEST(s.reconstructions(0) == 2u);  // a's Θ̂ and b's exact heal
   const auto f4 = round(3);
   BOOST_TEST(a.adopt_frame(f4.first).value());
   BOOST_TEST(b.adopt_frame(f4.second).value());

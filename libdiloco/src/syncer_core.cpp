@@ -110,14 +110,18 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   finished_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), false);
   last_step_.assign(finished_.size(), 0);
   sent_.resize(P);
+  last_frame_.resize(P);
   for (int p = 0; p < plan.count(); ++p) {
     Sent first;  // every island starts from the initial parameters, round 0
-    if (lossy()) {
-      first.hat.resize(plan.size(p));
-      plan.gather<float>(p, params_, first.hat);
-    }
+    if (lossy()) first.hat = gathered(p);
     sent_[static_cast<std::size_t>(p)].assign(finished_.size(), first);
   }
+}
+
+std::shared_ptr<const std::vector<float>> SyncerCore::gathered(int p) const {
+  auto v = std::make_shared<std::vector<float>>(plan_->size(p));
+  plan_->gather<float>(p, params_, *v);
+  return v;
 }
 
 Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, double now) {
@@ -350,6 +354,14 @@ Expected<Frame> SyncerCore::frame_for(int p, int island) {
   if (lossy() && s->round == rounds_[i])
     return Error{errc::stale_round, "island " + std::to_string(island) + " already holds round " + std::to_string(s->round) +
                                         " of fragment " + std::to_string(p) + ": nothing to send"};
+  // The frame made last for this fragment, if it starts where this island is (one encode per commit).
+  auto& last = last_frame_[i];
+  if (last.valid && last.round == rounds_[i] && last.from == s->hat) {
+    s->hat = last.to;
+    s->round = rounds_[i];
+    s->due = false;
+    return last.frame;
+  }
   FragmentHeader h;
   h.island = syncer_id;
   h.index = static_cast<std::uint32_t>(p);
@@ -369,12 +381,13 @@ Expected<Frame> SyncerCore::frame_for(int p, int island) {
     if (!f) return fail(f.error());
     s->round = rounds_[i];
     s->due = false;
+    last = {true, nullptr, nullptr, rounds_[i], *f};
     return f;
   }
   // d = Θ_p − Θ̂_p: every commit since the island's last frame plus whatever earlier frames left
   // out. Θ̂ moves only by what the island decodes, so the quantisation residual stays in the
   // next d (error feedback without a separate residual) and Θ̂ − Θ stays bounded.
-  auto& hat = s->hat;
+  const auto& hat = *s->hat;
   delta_.resize(hat.size());
   for (std::size_t j = 0; j < hat.size(); ++j) delta_[j] = theta_[j] - hat[j];
   h.kind = FragmentKind::global_delta;
@@ -384,14 +397,25 @@ Expected<Frame> SyncerCore::frame_for(int p, int island) {
   decoded_.resize(hat.size());
   if (auto st = decode(*enc, std::span<float>(decoded_)); !st) return fail(st.error());
   // The island computes exactly this sum (IslandCore::adopt_frame): Θ̂ is bit-equal on both ends.
-  for (std::size_t j = 0; j < hat.size(); ++j) hat[j] += decoded_[j];
+  auto next = std::make_shared<std::vector<float>>(hat.size());
+  for (std::size_t j = 0; j < hat.size(); ++j) (*next)[j] = hat[j] + decoded_[j];
+  last = {true, s->hat, next, rounds_[i], encode_message(FragmentMessage{h, std::move(*enc)}, settings_.term)};
+  s->hat = std::move(next);
   s->round = rounds_[i];
   s->due = false;
-  return encode_message(FragmentMessage{h, std::move(*enc)}, settings_.term);
+  return last.frame;
+}
+
+std::size_t SyncerCore::reconstructions(int p) const {
+  if (!lossy() || p < 0 || p >= plan_->count()) return 0;
+  std::vector<const std::vector<float>*> seen;
+  for (const auto& x : sent_[static_cast<std::size_t>(p)])
+    if (std::find(seen.begin(), seen.end(), x.hat.get()) == seen.end()) seen.push_back(x.hat.get());
+  return seen.size();
 }
 
 std::vector<float> SyncerCore::held(int p, int island) const {
-  if (const Sent* s = sent(p, island); s && lossy()) return s->hat;
+  if (const Sent* s = sent(p, island); s && lossy()) return *s->hat;
   std::vector<float> v(plan_->size(p));
   plan_->gather<float>(p, params_, v);
   return v;
@@ -416,7 +440,7 @@ JoinReply SyncerCore::join_reply(int island) {
     if (Sent* s = sent(p, island)) {
       s->round = rounds_[static_cast<std::size_t>(p)];
       s->due = false;
-      if (lossy()) s->hat = theta_;
+      if (lossy()) s->hat = std::make_shared<const std::vector<float>>(theta_);
     }
     r.fragments.push_back(std::move(m));
   }
@@ -483,12 +507,11 @@ Status SyncerCore::restore(const Checkpoint& cp) {
     open_round(static_cast<int>(p), state_[p].opened_at);
   }
   // Islands re-join a restored syncer and heal from Θ (join_reply): until then nothing is due.
-  for (std::size_t p = 0; p < P; ++p)
-    for (auto& x : sent_[p]) {
-      x.round = rounds_[p];
-      x.due = false;
-      if (lossy()) plan_->gather<float>(static_cast<int>(p), params_, x.hat);
-    }
+  for (std::size_t p = 0; p < P; ++p) {
+    const auto hat = lossy() ? gathered(static_cast<int>(p)) : nullptr;
+    for (auto& x : sent_[p]) x = {rounds_[p], false, hat};
+    last_frame_[p] = {};
+  }
   finished_count_ = 0;
   for (std::size_t i = 0; i < finished_.size(); ++i) {
     finished_[i] = meta->finished[i];

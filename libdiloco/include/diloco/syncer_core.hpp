@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -142,6 +143,9 @@ public:
   /// Every Θ_p with its round, in fp32, for island `island` (re)joining: the heal is exact, and
   /// the island's Θ̂ and round restart from it (nothing is due to it any more).
   JoinReply join_reply(int island);
+  /// The copies of Θ̂_p the syncer keeps for its islands (lossy frames; 0 with fp32): 1 while
+  /// every island was sent the same frames since the same start.
+  std::size_t reconstructions(int p) const;
 
   /// The state a restart needs: global params, outer momentum, rounds (checkpoint.hpp), and in
   /// the metadata the outer optimizers' step counts and each island's last step and finished flag.
@@ -178,9 +182,22 @@ private:
   struct Sent {
     std::uint64_t round = 0;     // the round it holds from the syncer
     bool due = false;            // a commit it has not heard of is due to it
-    std::vector<float> hat;      // lossy broadcasts only: Θ̂_p as it reconstructs it
+    // Lossy broadcasts only: Θ̂_p as it reconstructs it. Islands sent the same frames from the
+    // same start share one (with frames to all and no heal since, every island: one copy).
+    std::shared_ptr<const std::vector<float>> hat;
+  };
+  /// Per fragment, the last frame made: from which Θ̂ (lossy) to which round, and the Θ̂ it
+  /// leads to. The next island asking from the same Θ̂ for the same round gets the same frame:
+  /// one encode per commit, not one per island.
+  struct LastFrame {
+    bool valid = false;
+    std::shared_ptr<const std::vector<float>> from, to;
+    std::uint64_t round = 0;
+    Frame frame;
   };
   Sent* sent(int p, int island);
+  /// Θ_p as a new shared vector (a fresh Θ̂ for every island at once).
+  std::shared_ptr<const std::vector<float>> gathered(int p) const;
   const Sent* sent(int p, int island) const;
 
   const FragmentPlan* plan_;
@@ -203,6 +220,7 @@ private:
   std::vector<double> rx_, merged_;
   std::vector<float> theta_;
   std::vector<std::vector<Sent>> sent_;  // [p][island]
+  std::vector<LastFrame> last_frame_;    // [p]
   std::vector<float> delta_, decoded_;
 };
 
