@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -134,21 +135,25 @@ void send_frame(caf::stateful_actor<SyncerState>* self, Runtime& rt, int id, con
 Expected<double> send_due(caf::stateful_actor<SyncerState>* self, Runtime& rt, double now) {
   auto& st = self->state;
   double t_link = 0.0;
-  const bool hold = !replicated(st, rt);
-  // Each link's state before this pass: islands sharing a site's link all go in the pass that
-  // finds it free (read after each send, the first island's frame would hold back the others).
-  std::map<int, double> free_at_of;
-  for (const auto& [id, who] : st.islands) free_at_of[id] = rt.t0.load() + rt.links.busy_until(id, false);
+  // The islands something is due to: most passes (a frame arrived, nothing committed) stop here.
+  std::vector<std::pair<int, caf::actor>> due;
   for (const auto& [id, who] : st.islands) {
-    if (!reachable(st, id)) continue;
-    if (!hold) {
-      const double free_at = free_at_of[id];
-      if (free_at > now) {
-        bool any = false;
-        for (int p = 0; p < rt.P() && !any; ++p) any = st.core->is_due(p, id);
-        if (any) st.link_free_tick = std::min(st.link_free_tick, free_at);
-        continue;
-      }
+    bool any = false;
+    for (int p = 0; p < rt.P() && !any; ++p) any = st.core->is_due(p, id);
+    if (any && reachable(st, id)) due.emplace_back(id, who);
+  }
+  const bool hold = !replicated(st, rt);
+  // Each link's state before this pass sends anything: islands sharing a site's link all go in
+  // the pass that finds it free (read after each send, the first island's frame would hold back
+  // the others).
+  std::vector<double> free_at(due.size(), 0.0);
+  if (!hold)
+    for (std::size_t k = 0; k < due.size(); ++k) free_at[k] = rt.t0.load() + rt.links.busy_until(due[k].first, false);
+  for (std::size_t k = 0; k < due.size(); ++k) {
+    const auto& [id, who] = due[k];
+    if (free_at[k] > now) {
+      st.link_free_tick = std::min(st.link_free_tick, free_at[k]);
+      continue;
     }
     for (int p = 0; p < rt.P(); ++p) {
       if (!st.core->is_due(p, id)) continue;
