@@ -392,6 +392,7 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   s.sync_every_s = c.train.sync_every_s;
   s.tau = rt->tau();
   s.alpha = rt->alpha();
+  s.adopt = c.fragments.adopt;
   s.codec = CodecParams{*parse_encoding(c.fragments.encoding), static_cast<std::uint32_t>(c.fragments.block_size)};
   s.error_feedback = c.fragments.error_feedback;
   st.core = std::make_unique<IslandCore>(rt->layout_model->layout(), rt->plan, s, c.inner, rt->initial);
@@ -404,6 +405,7 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
     else st.resumed = true;
   }
   start_member(self, rt, i);
+  st.core->set_epoch(static_cast<std::uint32_t>(st.incarnation));
   return joining(self);
 }
 

@@ -38,6 +38,11 @@ struct Fragment {
   scales @9 :List(Float32);  # one per block of `blockSize` values
   payload @10 :Data;
   fromRound @11 :UInt64;     # globalDelta: the round the change applies to; 0 for other kinds
+  seq @12 :UInt64;           # outerGradient: the sender's number for this send of this fragment,
+                             # increasing over its sends (0: unnumbered); 0 for other kinds
+  mergedSeq @13 :List(UInt64);  # globalParams/globalDelta: per island, the highest `seq` of its
+                             # outer gradients merged into the fragment of this round (0: none
+                             # known); empty for other kinds. Fragments.adopt = "rebase" reads it
 }
 
 struct FragmentCounters {

@@ -71,6 +71,72 @@ BOOST_AUTO_TEST_CASE(settle_applies_queued_adoptions_at_once) {
   BOOST_TEST(island.global(0)[0] == 0.5f);
 }
 
+// fragments.adopt = "rebase": a commit that holds none of the island's unmerged sends carries
+// other islands' progress only, and the island adds it to its parameters, keeping its own
+// unsent progress whole; a commit while its own send is outstanding is mixed (α) as before, and
+// once a frame says the send is merged (merged_seq), the next commit is a rebase again. "mix"
+// mixes every time. Island 1 is the other island; the syncer merges each arrival on its own.
+BOOST_AUTO_TEST_CASE(rebase_keeps_unsent_progress_whole_and_mixes_while_a_send_is_outstanding) {
+  Tiny t(64);
+  std::mt19937_64 g(5);
+  const auto init = gaussian_vec(64, g, 0.1f);
+  const auto grad = gaussian_vec(64, g, 1.0f);
+  const ChipGradient chip{grad, 8, 1.0};
+  for (auto rule : {AdoptRule::mix, AdoptRule::rebase}) {
+    BOOST_TEST_CONTEXT(name_of(rule)) {
+      SyncerCore s(t.plan, init, sgd_settings(2, 1));
+      IslandSettings is{0, SyncSchedule{4, 1}, 0, 0.5, CodecParams{}, true};
+      is.adopt = rule;
+      IslandCore a(t.layout, t.plan, is, AdamWConfig{}, init);
+      a.set_epoch(2);
+      a.heal(s.join_reply(0), false);
+      auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
+      auto commit = [&](const Frame& f) {
+        BOOST_REQUIRE(s.receive(f, 0.0));
+        BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+      };
+      auto other = [&] { commit(gaussian_frame(1, s.round(0), 64, g)); };
+      // Adopts the frame due to island 0 and checks θ against a rebase or a mix of it.
+      auto adopt = [&](bool rebased, const Frame& frame) {
+        const std::vector<float> before(a.params().begin(), a.params().end());
+        const std::vector<float> held(a.global(0).begin(), a.global(0).end());
+        BOOST_REQUIRE(a.adopt_frame(frame).value());
+        const auto theta = s.params();
+        double worst = 0.0;
+        for (std::size_t j = 0; j < 64; ++j) {
+          const double want = rebased ? before[j] + (theta[j] - held[j]) : 0.5 * before[j] + 0.5 * theta[j];
+          worst = std::max(worst, std::abs(a.params()[j] - want));
+        }
+        BOOST_TEST(worst < 1e-6);
+      };
+      const bool rb = rule == AdoptRule::rebase;
+      step();
+      step();
+      other();  // round 1: island 1's progress alone; island 0 has sent nothing
+      BOOST_TEST(a.sends_merged(0));
+      adopt(rb, s.frame_for(0, 0).value());
+      step();
+      const Frame mine = a.outer_gradient_frame(0).value();
+      BOOST_TEST(std::get<FragmentMessage>(decode_message(mine).value()).header.seq == ((std::uint64_t{2} << 32) | 1u));
+      BOOST_TEST(!a.sends_merged(0));
+      other();  // round 2 lacks island 0's send, which is still on its way: a mix
+      adopt(false, s.frame_for(0, 0).value());
+      BOOST_TEST(!a.sends_merged(0));
+      commit(mine);  // round 3 merges it: a mix (it holds the island's own progress)
+      const Frame third = s.frame_for(0, 0).value();
+      const auto h = std::get<FragmentMessage>(decode_message(third).value()).header;
+      BOOST_TEST(h.merged_seq == (std::vector<std::uint64_t>{(std::uint64_t{2} << 32) | 1u, 0}));
+      adopt(false, third);
+      BOOST_TEST(a.sends_merged(0));
+      step();
+      other();  // round 4: island 1's alone again
+      adopt(rb, s.frame_for(0, 0).value());
+      BOOST_TEST(a.rebases() == (rb ? 2u : 0u));
+      BOOST_TEST(a.mixes() == (rb ? 2u : 4u));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(chip_gradients_are_weighted_by_tokens_and_readers_keep_their_copy) {
   Tiny t(2);
   std::vector<float> init(2, 1.0f);

@@ -385,6 +385,7 @@ BOOST_AUTO_TEST_CASE(decode_message_rejects_structural_problems_without_any_run_
   };
   WireLimits small;
   small.max_fragment_values = 100;
+  small.max_islands = 0;  // no merged_seq room either: the frame bound is the values' alone
   rows.push_back({"oversized_for_limits", good, errc::frame_too_large});
   for (const auto& r : rows) {
     auto d = decode_message(r.frame, std::string(r.name) == "oversized_for_limits" ? small : WireLimits{});
@@ -437,6 +438,45 @@ BOOST_AUTO_TEST_CASE(islands_accept_newer_global_fragments_from_the_syncer_only)
   h.island = syncer_id;
   BOOST_TEST(!inbox.receive(good_frame(Encoding::fp32, h), out).has_value());
   BOOST_TEST(inbox.rejected().total() == 3u);
+}
+
+// A send's number and the syncer's list of merged sends (fragments.adopt = "rebase") round-trip;
+// only the syncer's fragments carry the list, at most one entry per island of the run and
+// never more than the limit.
+BOOST_AUTO_TEST_CASE(send_numbers_and_merged_send_lists_round_trip_and_are_bounded) {
+  FragmentHeader send = good_header();
+  send.seq = (std::uint64_t{3} << 32) | 7u;
+  auto back = decode_message(good_frame(Encoding::fp32, send));
+  BOOST_TEST_REQUIRE(back.has_value());
+  BOOST_TEST(std::get<FragmentMessage>(*back).header.seq == send.seq);
+
+  FragmentHeader global{FragmentKind::global_params, syncer_id, 0, 11, 0, 0};
+  global.merged_seq = {5, 0, (std::uint64_t{1} << 32) | 2u, 9};
+  const Frame gf = good_frame(Encoding::fp32, global);
+  auto gback = decode_message(gf);
+  BOOST_TEST_REQUIRE(gback.has_value());
+  BOOST_TEST(std::get<FragmentMessage>(*gback).header.merged_seq == global.merged_seq);
+  WireContext island = syncer_context();
+  island.accept = FragmentKind::global_params;
+  std::vector<float> out(kN);
+  BOOST_TEST(FragmentInbox(island).receive(gf, out).has_value());  // 4 entries, 4 islands
+
+  WireContext three = island;
+  three.islands = 3;  // one entry more than the run has islands
+  auto more = FragmentInbox(three).receive(gf, out);
+  BOOST_TEST_REQUIRE(!more.has_value());
+  BOOST_TEST((more.error().code == errc::malformed));
+  WireLimits two;
+  two.max_islands = 2;  // over the decoder's limit: refused before the list is read
+  auto over = decode_message(gf, two);
+  BOOST_TEST_REQUIRE(!over.has_value());
+  BOOST_TEST((over.error().code == errc::malformed));
+
+  FragmentHeader posing = good_header();
+  posing.merged_seq = {1};  // an island's outer gradient claiming what the syncer merged
+  auto refused = FragmentInbox(syncer_context()).receive(good_frame(Encoding::fp32, posing), out);
+  BOOST_TEST_REQUIRE(!refused.has_value());
+  BOOST_TEST((refused.error().code == errc::malformed));
 }
 
 BOOST_AUTO_TEST_CASE(framing_overhead_of_a_one_mebibyte_fragment_is_below_one_percent) {

@@ -29,6 +29,8 @@ IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, Isla
   sent_tokens_.assign(P, 0);
   sent_steps_.assign(P, 0);
   sent_at_.assign(P, -1);
+  sent_seq_.assign(P, 0);
+  merged_seq_.assign(P, 0);
   awaiting_.assign(P, false);
   next_due_.assign(P, std::numeric_limits<double>::quiet_NaN());
 }
@@ -135,6 +137,7 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
   h.base_round = base_round_[i];
   h.tokens = tokens_[i];
   h.steps = steps_[i];
+  h.seq = (std::uint64_t{epoch_} << 32) | (sends_ + 1u);
   auto frame = settings_.error_feedback && settings_.codec.encoding != Encoding::fp32
                    ? encode_fragment(h, ef_[i], work_)
                    : encode_fragment(h, settings_.codec, work_);
@@ -142,6 +145,8 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
     diverged("the outer gradient of fragment " + std::to_string(p) + " at step " + std::to_string(step_) +
              " holds NaN or infinity (" + frame.error().reason + ")");
   if (frame) {
+    ++sends_;
+    sent_seq_[i] = h.seq;
     sent_at_[i] = step_;
     if (const double period = settings_.sync_every_s; period > 0.0) {
       next_due_[i] += period;  // the phase stays, unless the send came more than a period late
@@ -183,7 +188,16 @@ void IslandCore::mix(int p, std::span<const float> values) {
   plan_->scatter(p, work_, theta);
 }
 
-bool IslandCore::adopt(int p, std::uint64_t round, std::span<const float> values) {
+void IslandCore::rebase(int p, std::span<const float> values) {
+  work_.resize(values.size());
+  auto& theta = writable();
+  plan_->gather<float>(p, theta, work_);
+  const auto& held = global_[static_cast<std::size_t>(p)];
+  for (std::size_t j = 0; j < work_.size(); ++j) work_[j] += values[j] - held[j];
+  plan_->scatter(p, work_, theta);
+}
+
+bool IslandCore::adopt(int p, std::uint64_t round, std::span<const float> values, std::uint64_t merged_seq) {
   if (p < 0 || p >= plan_->count() || values.size() != plan_->size(p)) return false;
   const auto i = static_cast<std::size_t>(p);
   if (round <= base_round_[i]) return false;
@@ -192,7 +206,7 @@ bool IslandCore::adopt(int p, std::uint64_t round, std::span<const float> values
   std::erase_if(queue_, [p](const Adoption& q) { return q.p == p; });
   const long at = sent_at_[i] < 0 ? step_ : std::max(step_, sent_at_[i] + settings_.tau);
   awaiting_[i] = false;
-  queue_.push_back({at, p, round, std::vector<float>(values.begin(), values.end())});
+  queue_.push_back({at, p, round, std::vector<float>(values.begin(), values.end()), merged_seq});
   apply_ready();
   return true;
 }
@@ -227,7 +241,8 @@ Expected<bool> IslandCore::adopt_frame(std::span<const std::byte> frame) {
     // Θ̂_p += decoded change, the same float sum as the syncer's (SyncerCore::frame_for).
     for (std::size_t j = 0; j < values.size(); ++j) values[j] = (*base)[j] + values[j];
   }
-  return adopt(p, h.base_round, values);
+  const auto me = static_cast<std::size_t>(settings_.island);
+  return adopt(p, h.base_round, values, me < h.merged_seq.size() ? h.merged_seq[me] : 0);
 }
 
 void IslandCore::settle() {
@@ -242,7 +257,16 @@ void IslandCore::apply_ready() {
       continue;
     }
     const auto i = static_cast<std::size_t>(it->p);
-    mix(it->p, it->values);
+    // Rebase only onto a fragment that cannot hold any of the island's unmerged progress: all
+    // its sends are in the fragment it holds, so the change is other islands' alone.
+    if (settings_.adopt == AdoptRule::rebase && sends_merged(it->p)) {
+      rebase(it->p, it->values);
+      ++rebases_;
+    } else {
+      mix(it->p, it->values);
+      ++mixes_;
+    }
+    merged_seq_[i] = std::max(merged_seq_[i], it->merged_seq);
     global_[i] = std::move(it->values);
     base_round_[i] = it->round;
     it = queue_.erase(it);
@@ -264,6 +288,9 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     if (!keep_local) tokens_[i] = steps_[i] = 0;
     sent_at_[i] = -1;
     awaiting_[i] = false;
+    // The syncer's fragment is now the base: sends it lacks are lost to it (a restarted syncer)
+    // and their progress is in θ − Θ again (keep_local), or gone with θ (a fresh heal).
+    merged_seq_[i] = sent_seq_[i];
     if (std::isnan(next_due_[i]))  // a time cadence starts at the first heal; later ones keep its phase
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();
@@ -305,6 +332,7 @@ Status IslandCore::restore(const IslandState& s) {
     steps_ = s.steps_since;
   }
   queue_.clear();
+  merged_seq_ = sent_seq_;  // the state carries no sends: the welcome heal re-bases every fragment
   return {};
 }
 

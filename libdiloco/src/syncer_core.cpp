@@ -105,6 +105,7 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   rounds_.assign(P, 0);
   pending_.resize(P);
   merged_base_.assign(P, std::vector<std::uint64_t>(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0));
+  merged_seq_ = merged_base_;
   state_.resize(P);
   for (auto& s : state_) s.live_islands = settings_.islands;
   finished_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), false);
@@ -228,6 +229,8 @@ Commit SyncerCore::commit(int p, double now) {
       c.frames.push_back(x.digest);
       c.tokens += x.header.tokens;
       merged_base_[i][static_cast<std::size_t>(x.header.island)] = x.header.base_round + 1;
+      auto& seq = merged_seq_[i][static_cast<std::size_t>(x.header.island)];
+      seq = std::max(seq, x.header.seq);
     }
   // n of L: L counts finished islands too (their share of the period is in, or lost), so a
   // last island training alone moves the global parameters by its share, not by a full step.
@@ -366,6 +369,7 @@ Expected<Frame> SyncerCore::frame_for(int p, int island) {
   h.island = syncer_id;
   h.index = static_cast<std::uint32_t>(p);
   h.base_round = rounds_[i];
+  h.merged_seq = merged_seq_[i];
   theta_.resize(plan_->size(p));
   plan_->gather<float>(p, params_, theta_);
   // Θ diverged (or Θ − Θ̂ overflows): nothing can be sent, and the run cannot go on.
@@ -438,6 +442,8 @@ JoinReply SyncerCore::join_reply(int island) {
     plan_->gather<float>(p, params_, theta_);
     m.data = encode(CodecParams{}, theta_).value();  // fp32: the heal is exact
     if (Sent* s = sent(p, island)) {
+      // Its sends start over (a new life may number them from 1 again): none is merged yet.
+      merged_seq_[static_cast<std::size_t>(p)][static_cast<std::size_t>(island)] = 0;
       s->round = rounds_[static_cast<std::size_t>(p)];
       s->due = false;
       if (lossy()) s->hat = std::make_shared<const std::vector<float>>(theta_);
@@ -504,6 +510,7 @@ Status SyncerCore::restore(const Checkpoint& cp) {
     inbox_.set_round(static_cast<std::uint32_t>(p), rounds_[p]);
     pending_[p].clear();
     std::fill(merged_base_[p].begin(), merged_base_[p].end(), 0);
+    std::fill(merged_seq_[p].begin(), merged_seq_[p].end(), 0);
     open_round(static_cast<int>(p), state_[p].opened_at);
   }
   // Islands re-join a restored syncer and heal from Θ (join_reply): until then nothing is due.

@@ -65,11 +65,11 @@ private:
 };
 
 std::size_t words_for(std::size_t bytes) { return (bytes + 7) / 8; }
-std::size_t fragment_words(std::size_t scales, std::size_t payload) {
-  return 48 + words_for(4 * scales) + words_for(payload);
+std::size_t fragment_words(std::size_t scales, std::size_t payload, std::size_t merged_seq = 0) {
+  return 48 + words_for(4 * scales) + words_for(payload) + merged_seq;
 }
 std::size_t fragment_words(const FragmentMessage& f) {
-  return fragment_words(f.data.scales.size(), f.data.payload.size());
+  return fragment_words(f.data.scales.size(), f.data.payload.size(), f.header.merged_seq.size());
 }
 
 void fill_header(schema::Fragment::Builder f, const FragmentHeader& h, const CodecParams& p, std::size_t count) {
@@ -80,6 +80,11 @@ void fill_header(schema::Fragment::Builder f, const FragmentHeader& h, const Cod
   f.setTokens(h.tokens);
   f.setSteps(h.steps);
   f.setFromRound(h.from_round);
+  f.setSeq(h.seq);
+  if (!h.merged_seq.empty()) {
+    auto ms = f.initMergedSeq(static_cast<unsigned>(h.merged_seq.size()));
+    for (unsigned i = 0; i < h.merged_seq.size(); ++i) ms.set(i, h.merged_seq[i]);
+  }
   f.setEncoding(static_cast<schema::Encoding>(p.encoding));
   f.setBlockSize(has_scales(p.encoding) ? p.block_size : 0);
   f.setCount(count);
@@ -98,7 +103,7 @@ Expected<Frame> build_fragment(const FragmentHeader& h, const CodecParams& p, st
   if (auto st = check(p); !st) return st.error();
   const std::size_t ns = scale_count(p, n);
   const std::size_t pb = payload_bytes(p.encoding, n);
-  FrameBuilder b(fragment_words(ns, pb));
+  FrameBuilder b(fragment_words(ns, pb, h.merged_seq.size()));
   auto env = b.initRoot<schema::Envelope>();
   env.setVersion(protocol_version);
   env.setTerm(term);
@@ -200,7 +205,8 @@ struct RawFragment {
   std::size_t count = 0;
 };
 
-Expected<RawFragment> read_header(schema::Fragment::Reader f, std::size_t max_values) {
+Expected<RawFragment> read_header(schema::Fragment::Reader f, const WireLimits& limits) {
+  const std::size_t max_values = limits.max_fragment_values;
   RawFragment r;
   const auto kind = static_cast<unsigned>(f.getKind());
   if (kind > static_cast<unsigned>(FragmentKind::global_delta))
@@ -212,6 +218,14 @@ Expected<RawFragment> read_header(schema::Fragment::Reader f, std::size_t max_va
   r.header.tokens = f.getTokens();
   r.header.steps = f.getSteps();
   r.header.from_round = f.getFromRound();
+  r.header.seq = f.getSeq();
+  if (f.hasMergedSeq()) {
+    auto ms = f.getMergedSeq();
+    if (ms.size() > limits.max_islands)
+      return Error{errc::malformed, "merged_seq lists " + num(ms.size()) + " islands (max " + num(limits.max_islands) + ")"};
+    r.header.merged_seq.reserve(ms.size());
+    for (auto x : ms) r.header.merged_seq.push_back(x);
+  }
   const auto enc = static_cast<unsigned>(f.getEncoding());
   if (enc >= static_cast<unsigned>(encoding_count))
     return Error{errc::unknown_encoding, "encoding id " + num(enc) + " is not one of fp32, bf16, int8, int4, e3m0"};
@@ -245,8 +259,8 @@ std::span<const std::uint8_t> payload_of(schema::Fragment::Reader f) {
   return {reinterpret_cast<const std::uint8_t*>(d.begin()), d.size()};
 }
 
-Expected<FragmentMessage> read_fragment_message(schema::Fragment::Reader f, std::size_t max_values) {
-  auto raw = read_header(f, max_values);
+Expected<FragmentMessage> read_fragment_message(schema::Fragment::Reader f, const WireLimits& limits) {
+  auto raw = read_header(f, limits);
   if (!raw) return raw.error();
   FragmentMessage m;
   m.header = raw->header;
@@ -267,7 +281,7 @@ Expected<FragmentMessage> read_fragment_message(schema::Fragment::Reader f, std:
 Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType type, const WireLimits& limits) {
   switch (type) {
     case MessageType::fragment: {
-      auto m = read_fragment_message(env.getFragment(), limits.max_fragment_values);
+      auto m = read_fragment_message(env.getFragment(), limits);
       if (!m) return m.error();
       return Message(std::move(*m));
     }
@@ -295,7 +309,7 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       JoinReply m;
       std::size_t total = 0;
       for (auto f : list) {
-        auto fm = read_fragment_message(f, limits.max_fragment_values);
+        auto fm = read_fragment_message(f, limits);
         if (!fm) return Error{fm.error().code, "join reply fragment " + num(m.fragments.size()) + ": " + fm.error().reason};
         if (fm->header.kind != FragmentKind::global_params)
           return Error{errc::unexpected_message, "join reply fragment " + num(m.fragments.size()) + " is a " +
@@ -368,12 +382,13 @@ MessageType type_of(const Message& m) { return static_cast<MessageType>(m.index(
 std::size_t max_frame_bytes(MessageType t, const WireLimits& l) {
   // Worst case per value is int8 with one scale per value: 1 + 4 bytes.
   switch (t) {
-    case MessageType::fragment: return kSmallMessageBytes + 5 * l.max_fragment_values;
+    case MessageType::fragment: return kSmallMessageBytes + 5 * l.max_fragment_values + 8 * l.max_islands;
     case MessageType::progress: return kSmallMessageBytes + 40 * l.max_fragments;
     case MessageType::join_request:
     case MessageType::heartbeat: return kSmallMessageBytes;
     case MessageType::run_over: return kSmallMessageBytes + max_run_over_reason;
-    case MessageType::join_reply: return kSmallMessageBytes * (1 + l.max_fragments) + 5 * l.max_model_values;
+    case MessageType::join_reply:
+      return (kSmallMessageBytes + 8 * l.max_islands) * (1 + l.max_fragments) + 5 * l.max_model_values;
   }
   return kSmallMessageBytes;
 }
@@ -516,6 +531,11 @@ Status check_fragment(const FragmentHeader& h, std::size_t count, const WireCont
   const std::size_t want = ctx.fragment_sizes[h.index];
   if (count != want)
     return Error{errc::wrong_length, "fragment " + num(h.index) + " carries " + num(count) + " values, it has " + num(want)};
+  // Only the syncer's fragments say which islands' sends they merged, one entry per island.
+  if (!h.merged_seq.empty() && (from_island || (ctx.islands > 0 && h.merged_seq.size() > static_cast<std::size_t>(ctx.islands))))
+    return Error{errc::malformed, std::string(from_island ? "an island's fragment" : "global fragment " + num(h.index)) +
+                                      " lists merged sends of " + num(h.merged_seq.size()) + " islands" +
+                                      (from_island ? "; only the syncer's do" : ", the run has " + std::to_string(ctx.islands))};
   const std::uint64_t round = h.index < ctx.rounds.size() ? ctx.rounds[h.index] : 0;
   if (h.kind == FragmentKind::outer_gradient) {
     if (h.base_round > round)
@@ -573,7 +593,7 @@ Expected<FragmentInbox::Received> FragmentInbox::receive_impl(std::span<const st
   try {
     capnp::FlatArrayMessageReader r(w->words, full_options(*w));
     auto f = r.getRoot<schema::Envelope>().getFragment();
-    auto raw = read_header(f, ctx_.limits.max_fragment_values);
+    auto raw = read_header(f, ctx_.limits);
     if (!raw) return fail(raw.error());
     if (auto st = check_fragment(raw->header, raw->count, ctx_); !st) return fail(st.error());
     if (out.size() < raw->count)

@@ -158,6 +158,12 @@ int main(int argc, char** argv) {
   cp.islands.push_back(is);
   if (!save_checkpoint(tmp, layout, run.plan, cp)) return 1;
   put("checkpoint", "with_island", *read_file(tmp));
+  // Delayed Nesterov's pending sums (F64) and the island's tokens and steps since its last send.
+  for (int p = 0; p < run.plan.count(); ++p) cp.outer_pending.emplace_back(run.plan.size(p), 0.25 * (p + 1));
+  cp.islands[0].tokens_since = {640, 128};
+  cp.islands[0].steps_since = {5, 1};
+  if (!save_checkpoint(tmp, layout, run.plan, cp)) return 1;
+  put("checkpoint", "with_pending_and_since", *read_file(tmp));
   fs::remove(tmp);
   std::printf("corpus written under %s\n", root.c_str());
   return 0;

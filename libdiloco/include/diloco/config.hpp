@@ -83,6 +83,8 @@ struct FragmentConfig {
                                            // (quantised change of Θ̂ with error feedback)
   BroadcastTo broadcast_to = BroadcastTo::all;  // after a commit: every island, or its contributors
                                                 // (one frame each with every commit since their last)
+  AdoptRule adopt = AdoptRule::mix;  // a commit without the island's own pending send: "mix" it
+                                     // (α) or "rebase" onto it, keeping unsent progress whole
   int block_size = 64;           // values per scale (int8, int4, e3m0)
   bool error_feedback = true;    // carry the quantisation residual into the next send
 };

@@ -15,6 +15,7 @@
 #include "diloco/codec.hpp"
 #include "diloco/expected.hpp"
 #include "diloco/fragments.hpp"
+#include "diloco/merge.hpp"
 #include "diloco/model.hpp"
 #include "diloco/optim.hpp"
 #include "diloco/wire.hpp"
@@ -65,6 +66,10 @@ struct IslandSettings {
   /// in steps, one period later while its last send awaits its merge. Islands of any speed then
   /// send equally fresh contributions (a slow one after fewer steps). 0: every H steps.
   double sync_every_s = 0.0;
+  /// mix: always the α mix. rebase: a merged fragment that adds only other islands' progress
+  /// (all of this island's sends of it are in the fragment it holds) is added as a change,
+  /// θ_p += Θ_p,new − Θ_p,held, keeping the island's unsent progress whole (AdoptRule).
+  AdoptRule adopt = AdoptRule::mix;
 };
 
 /// Solves "what does one island know and do" without any mailbox: the actor shell feeds it
@@ -132,7 +137,20 @@ public:
   /// newer than the one held or queued are ignored (returns false). Applied at max(now,
   /// sent + τ): at once when due, else queued until apply_gradient reaches that step (a newer
   /// round replaces a queued older one). Applying re-bases the fragment.
-  bool adopt(int p, std::uint64_t round, std::span<const float> values);
+  /// `merged_seq`: the highest seq of this island's sends of p that the fragment merged (the
+  /// syncer's FragmentHeader::merged_seq entry for it; 0: none, or not known).
+  bool adopt(int p, std::uint64_t round, std::span<const float> values, std::uint64_t merged_seq = 0);
+  /// The island's restarts so far (its actor's incarnation): the high half of every send's seq,
+  /// so that seqs keep increasing over the island's lives.
+  void set_epoch(std::uint32_t epoch) { epoch_ = epoch; }
+  /// Whether every send of fragment p is known merged into the fragment the island holds: a
+  /// newer fragment then carries other islands' progress only (fragments.adopt = "rebase").
+  bool sends_merged(int p) const {
+    return merged_seq_[static_cast<std::size_t>(p)] >= sent_seq_[static_cast<std::size_t>(p)];
+  }
+  /// Adoptions applied as a rebase / as an α mix since the start.
+  std::uint64_t rebases() const { return rebases_; }
+  std::uint64_t mixes() const { return mixes_; }
   /// Decodes and checks a broadcast from the syncer, then adopt()s it. Returns whether it was
   /// taken (false: not newer than what the island holds). A global_delta is added to the
   /// fragment the island holds (or has queued) of its from_round; if the island holds another
@@ -176,6 +194,7 @@ public:
 private:
   std::vector<float>& writable();  // copy on write if a chip still reads the current vector
   void mix(int p, std::span<const float> values);
+  void rebase(int p, std::span<const float> values);
   void apply_ready();
   void diverged(const std::string& what);
 
@@ -191,6 +210,11 @@ private:
   std::vector<std::uint64_t> base_round_, tokens_, steps_;
   std::vector<std::uint64_t> sent_tokens_, sent_steps_;  // the counters of the last send per fragment
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
+  std::vector<std::uint64_t> sent_seq_;      // seq of the last send per fragment (0: none)
+  std::vector<std::uint64_t> merged_seq_;    // the highest own seq known merged into global_
+  std::uint32_t epoch_ = 0;
+  std::uint32_t sends_ = 0;                  // sends so far: the low half of the next seq
+  std::uint64_t rebases_ = 0, mixes_ = 0;
   std::vector<bool> awaiting_;               // sent, and no newer round received since
   double now_ = 0.0;                         // the island's clock (set_time)
   std::vector<double> next_due_;             // time cadence: when each fragment falls due next (NaN: before the first heal)
@@ -200,6 +224,7 @@ private:
     int p;
     std::uint64_t round;
     std::vector<float> values;
+    std::uint64_t merged_seq = 0;  // the highest of this island's sends the fragment merged
   };
   std::deque<Adoption> queue_;
   std::vector<float> work_;

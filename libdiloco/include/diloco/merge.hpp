@@ -51,6 +51,18 @@ struct Choices<BroadcastTo> {
                                                                      {BroadcastTo::contributors, "contributors"}};
 };
 
+/// How an island takes a merged fragment Θ_p it adopts. `mix`: θ_p ← α·θ_p + (1−α)·Θ_p, always
+/// (Streaming DiLoCo's rule). `rebase`: when the island's own sends of p are all in the Θ_p it
+/// holds, the new Θ_p carries only other islands' progress, and the island keeps its own unsent
+/// progress whole, θ_p ← θ_p + (Θ_p,new − Θ_p,held); otherwise (the commit has its last send, or
+/// it cannot tell) it mixes as `mix` does. The syncer's frames say whose sends they merged
+/// (FragmentHeader::merged_seq).
+enum class AdoptRule { mix, rebase };
+template <>
+struct Choices<AdoptRule> {
+  static constexpr std::pair<AdoptRule, std::string_view> all[] = {{AdoptRule::mix, "mix"}, {AdoptRule::rebase, "rebase"}};
+};
+
 /// How contributions are combined (Decoupled DiLoCo, arXiv 2604.21428; defaults configurable).
 struct MergeConfig {
   Weighting weighting = Weighting::tokens;

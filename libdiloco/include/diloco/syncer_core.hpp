@@ -207,6 +207,7 @@ private:
   std::vector<std::uint64_t> rounds_;
   std::vector<std::vector<Pending>> pending_;
   std::vector<std::vector<std::uint64_t>> merged_base_;  // [p][island]: 1 + base round last merged (0: none)
+  std::vector<std::vector<std::uint64_t>> merged_seq_;   // [p][island]: the highest seq merged (frames carry it)
   std::vector<RoundState> state_;
   std::vector<bool> finished_;   // [island]: finished training (finish())
   int finished_count_ = 0;

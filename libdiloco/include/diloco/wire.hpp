@@ -37,6 +37,13 @@ struct FragmentHeader {
   std::uint64_t tokens = 0;      // tokens trained since base_round (merge weight)
   std::uint64_t steps = 0;       // inner steps since base_round
   std::uint64_t from_round = 0;  // global_delta: the round the change applies to (0 for other kinds)
+  /// outer_gradient: the sender's number for this send of fragment `index`, increasing over its
+  /// sends (0: unnumbered).
+  std::uint64_t seq = 0;
+  /// global_params / global_delta: per island, the highest `seq` of its outer gradients that the
+  /// fragment of this round has merged (0: none known). An island reads whether its own last
+  /// send is in (IslandCore, fragments.adopt = "rebase"). At most WireLimits::max_islands entries.
+  std::vector<std::uint64_t> merged_seq;
 };
 
 struct FragmentMessage {
@@ -108,6 +115,7 @@ struct WireLimits {
   std::size_t max_fragment_values = std::size_t{1} << 28;  // values in one fragment (1 GiB as fp32)
   std::size_t max_fragments = 4096;                        // P
   std::size_t max_model_values = std::size_t{1} << 30;     // sum over fragments (JoinReply)
+  std::size_t max_islands = 1024;                          // entries of a fragment's merged_seq
 };
 
 /// Largest legitimate frame of a type under `limits`: frames above it are refused before any
