@@ -405,7 +405,6 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
     else st.resumed = true;
   }
   start_member(self, rt, i);
-  st.core->set_epoch(static_cast<std::uint32_t>(st.incarnation));
   return joining(self);
 }
 

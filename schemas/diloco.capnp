@@ -39,7 +39,9 @@ struct Fragment {
   payload @10 :Data;
   fromRound @11 :UInt64;     # globalDelta: the round the change applies to; 0 for other kinds
   seq @12 :UInt64;           # outerGradient: the sender's number for this send of this fragment,
-                             # increasing over its sends (0: unnumbered); 0 for other kinds
+                             # increasing over its sends (0: unnumbered); globalParams in a
+                             # JoinReply: the epoch (high 32 bits) the island numbers its sends in
+                             # from then on; 0 otherwise
   mergedSeq @13 :List(UInt64);  # globalParams/globalDelta: per island, the highest `seq` of its
                              # outer gradients merged into the fragment of this round (0: none
                              # known); empty for other kinds. Fragments.adopt = "rebase" reads it

@@ -276,6 +276,8 @@ void IslandCore::apply_ready() {
 void IslandCore::heal(const JoinReply& reply, bool keep_local) {
   queue_.clear();
   std::vector<float> values;
+  for (const auto& f : reply.fragments)
+    if (const auto e = static_cast<std::uint32_t>(f.header.seq >> 32)) epoch_ = e;
   for (const auto& f : reply.fragments) {
     const int p = static_cast<int>(f.header.index);
     if (p < 0 || p >= plan_->count() || f.data.count != plan_->size(p)) continue;
@@ -288,9 +290,11 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     if (!keep_local) tokens_[i] = steps_[i] = 0;
     sent_at_[i] = -1;
     awaiting_[i] = false;
-    // The syncer's fragment is now the base: sends it lacks are lost to it (a restarted syncer)
-    // and their progress is in θ − Θ again (keep_local), or gone with θ (a fresh heal).
-    merged_seq_[i] = sent_seq_[i];
+    // A fresh heal drops the island's own progress with θ: whatever of its sends is still to be
+    // merged is other islands' news now, and the next commit can be rebased onto. Keeping θ, its
+    // sends not yet merged may still be (they were sent in an earlier epoch, which frames no
+    // longer report): it mixes until a send of the new epoch is reported merged.
+    if (!keep_local) merged_seq_[i] = sent_seq_[i];
     if (std::isnan(next_due_[i]))  // a time cadence starts at the first heal; later ones keep its phase
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();
@@ -332,7 +336,9 @@ Status IslandCore::restore(const IslandState& s) {
     steps_ = s.steps_since;
   }
   queue_.clear();
-  merged_seq_ = sent_seq_;  // the state carries no sends: the welcome heal re-bases every fragment
+  // θ holds progress whose sends, made by the saved island, may still be merged: unknown until a
+  // send of this life is reported merged (until then adoptions mix).
+  sent_seq_.assign(sent_seq_.size(), std::numeric_limits<std::uint64_t>::max());
   return {};
 }
 

@@ -106,6 +106,7 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   pending_.resize(P);
   merged_base_.assign(P, std::vector<std::uint64_t>(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0));
   merged_seq_ = merged_base_;
+  epochs_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0);
   state_.resize(P);
   for (auto& s : state_) s.live_islands = settings_.islands;
   finished_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), false);
@@ -229,8 +230,9 @@ Commit SyncerCore::commit(int p, double now) {
       c.frames.push_back(x.digest);
       c.tokens += x.header.tokens;
       merged_base_[i][static_cast<std::size_t>(x.header.island)] = x.header.base_round + 1;
+      // Only sends of the island's current epoch (join_reply) say what its current life sent.
       auto& seq = merged_seq_[i][static_cast<std::size_t>(x.header.island)];
-      seq = std::max(seq, x.header.seq);
+      if (x.header.seq >> 32 == epochs_[static_cast<std::size_t>(x.header.island)]) seq = std::max(seq, x.header.seq);
     }
   // n of L: L counts finished islands too (their share of the period is in, or lost), so a
   // last island training alone moves the global parameters by its share, not by a full step.
@@ -432,6 +434,10 @@ std::uint64_t SyncerCore::held_round(int p, int island) const {
 
 JoinReply SyncerCore::join_reply(int island) {
   JoinReply r;
+  // A new epoch for the island's sends: those of its earlier lives (or of before this re-join)
+  // never count as merged sends of this one, whatever their numbers.
+  std::uint32_t epoch = 0;
+  if (island >= 0 && island < settings_.islands) epoch = ++epochs_[static_cast<std::size_t>(island)];
   for (int p = 0; p < plan_->count(); ++p) {
     FragmentMessage m;
     m.header.kind = FragmentKind::global_params;
@@ -440,9 +446,9 @@ JoinReply SyncerCore::join_reply(int island) {
     m.header.base_round = rounds_[static_cast<std::size_t>(p)];
     theta_.resize(plan_->size(p));
     plan_->gather<float>(p, params_, theta_);
+    m.header.seq = std::uint64_t{epoch} << 32;  // the island numbers its sends from here
     m.data = encode(CodecParams{}, theta_).value();  // fp32: the heal is exact
     if (Sent* s = sent(p, island)) {
-      // Its sends start over (a new life may number them from 1 again): none is merged yet.
       merged_seq_[static_cast<std::size_t>(p)][static_cast<std::size_t>(island)] = 0;
       s->round = rounds_[static_cast<std::size_t>(p)];
       s->due = false;

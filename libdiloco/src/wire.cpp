@@ -387,8 +387,7 @@ std::size_t max_frame_bytes(MessageType t, const WireLimits& l) {
     case MessageType::join_request:
     case MessageType::heartbeat: return kSmallMessageBytes;
     case MessageType::run_over: return kSmallMessageBytes + max_run_over_reason;
-    case MessageType::join_reply:
-      return (kSmallMessageBytes + 8 * l.max_islands) * (1 + l.max_fragments) + 5 * l.max_model_values;
+    case MessageType::join_reply: return kSmallMessageBytes * (1 + l.max_fragments) + 5 * l.max_model_values;
   }
   return kSmallMessageBytes;
 }

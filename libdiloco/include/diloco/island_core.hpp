@@ -140,9 +140,6 @@ public:
   /// `merged_seq`: the highest seq of this island's sends of p that the fragment merged (the
   /// syncer's FragmentHeader::merged_seq entry for it; 0: none, or not known).
   bool adopt(int p, std::uint64_t round, std::span<const float> values, std::uint64_t merged_seq = 0);
-  /// The island's restarts so far (its actor's incarnation): the high half of every send's seq,
-  /// so that seqs keep increasing over the island's lives.
-  void set_epoch(std::uint32_t epoch) { epoch_ = epoch; }
   /// Whether every send of fragment p is known merged into the fragment the island holds: a
   /// newer fragment then carries other islands' progress only (fragments.adopt = "rebase").
   bool sends_merged(int p) const {
@@ -212,7 +209,7 @@ private:
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
   std::vector<std::uint64_t> sent_seq_;      // seq of the last send per fragment (0: none)
   std::vector<std::uint64_t> merged_seq_;    // the highest own seq known merged into global_
-  std::uint32_t epoch_ = 0;
+  std::uint32_t epoch_ = 0;                  // the high half of the next seq: from the last join reply
   std::uint32_t sends_ = 0;                  // sends so far: the low half of the next seq
   std::uint64_t rebases_ = 0, mixes_ = 0;
   std::vector<bool> awaiting_;               // sent, and no newer round received since

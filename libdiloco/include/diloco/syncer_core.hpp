@@ -208,6 +208,7 @@ private:
   std::vector<std::vector<Pending>> pending_;
   std::vector<std::vector<std::uint64_t>> merged_base_;  // [p][island]: 1 + base round last merged (0: none)
   std::vector<std::vector<std::uint64_t>> merged_seq_;   // [p][island]: the highest seq merged (frames carry it)
+  std::vector<std::uint32_t> epochs_;  // [island]: the epoch its last join_reply gave (the high half of its seqs)
   std::vector<RoundState> state_;
   std::vector<bool> finished_;   // [island]: finished training (finish())
   int finished_count_ = 0;

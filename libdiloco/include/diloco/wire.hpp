@@ -38,7 +38,8 @@ struct FragmentHeader {
   std::uint64_t steps = 0;       // inner steps since base_round
   std::uint64_t from_round = 0;  // global_delta: the round the change applies to (0 for other kinds)
   /// outer_gradient: the sender's number for this send of fragment `index`, increasing over its
-  /// sends (0: unnumbered).
+  /// sends (0: unnumbered): the epoch its last join reply gave in the high 32 bits, a count of
+  /// its sends in the low. global_params in a JoinReply: that epoch (SyncerCore::join_reply).
   std::uint64_t seq = 0;
   /// global_params / global_delta: per island, the highest `seq` of its outer gradients that the
   /// fragment of this round has merged (0: none known). An island reads whether its own last
