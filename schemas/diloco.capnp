@@ -43,8 +43,9 @@ struct Fragment {
                              # JoinReply: the epoch (high 32 bits) the island numbers its sends in
                              # from then on; 0 otherwise
   mergedSeq @13 :List(UInt64);  # globalParams/globalDelta: per island, the highest `seq` of its
-                             # outer gradients merged into the fragment of this round (0: none
-                             # known); empty for other kinds. Fragments.adopt = "rebase" reads it
+                             # outer gradients of its current epoch (its last JoinReply) merged
+                             # into the fragment of this round (0: none); empty for other kinds.
+                             # fragments.adopt = "rebase" reads it
 }
 
 struct FragmentCounters {

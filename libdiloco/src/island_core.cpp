@@ -266,7 +266,8 @@ void IslandCore::apply_ready() {
       mix(it->p, it->values);
       ++mixes_;
     }
-    merged_seq_[i] = std::max(merged_seq_[i], it->merged_seq);
+    // Only the island's current epoch counts: a frame from before its last heal reports another.
+    if (it->merged_seq >> 32 == epoch_) merged_seq_[i] = std::max(merged_seq_[i], it->merged_seq);
     global_[i] = std::move(it->values);
     base_round_[i] = it->round;
     it = queue_.erase(it);
@@ -290,11 +291,14 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     if (!keep_local) tokens_[i] = steps_[i] = 0;
     sent_at_[i] = -1;
     awaiting_[i] = false;
-    // A fresh heal drops the island's own progress with θ: whatever of its sends is still to be
-    // merged is other islands' news now, and the next commit can be rebased onto. Keeping θ, its
-    // sends not yet merged may still be (they were sent in an earlier epoch, which frames no
-    // longer report): it mixes until a send of the new epoch is reported merged.
-    if (!keep_local) merged_seq_[i] = sent_seq_[i];
+    // The reply starts a new epoch, and frames report only its sends (a restarted syncer may
+    // even number it lower than the last). A fresh heal drops the island's own progress with θ:
+    // whatever of its sends is still to be merged is other islands' news now, and the next
+    // commit can be rebased onto. Keeping θ, a send not known merged may still be: unknown (the
+    // island mixes) until a send of the new epoch is reported merged.
+    const bool clean = !keep_local || sends_merged(p);
+    sent_seq_[i] = clean ? 0 : std::numeric_limits<std::uint64_t>::max();
+    merged_seq_[i] = 0;
     if (std::isnan(next_due_[i]))  // a time cadence starts at the first heal; later ones keep its phase
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();

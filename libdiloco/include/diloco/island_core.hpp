@@ -207,10 +207,12 @@ private:
   std::vector<std::uint64_t> base_round_, tokens_, steps_;
   std::vector<std::uint64_t> sent_tokens_, sent_steps_;  // the counters of the last send per fragment
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
-  std::vector<std::uint64_t> sent_seq_;      // seq of the last send per fragment (0: none)
-  std::vector<std::uint64_t> merged_seq_;    // the highest own seq known merged into global_
+  std::vector<std::uint64_t> sent_seq_;      // seq of the last send per fragment (0: none since the
+                                             // last heal; UINT64_MAX: unknown, a send may be pending)
+  std::vector<std::uint64_t> merged_seq_;    // the highest own seq of the current epoch known merged
   std::uint32_t epoch_ = 0;                  // the high half of the next seq: from the last join reply
-  std::uint32_t sends_ = 0;                  // sends so far: the low half of the next seq
+  std::uint32_t sends_ = 0;                  // sends so far: the low half of the next seq (2^32
+                                             // sends would wrap it: far beyond any run's)
   std::uint64_t rebases_ = 0, mixes_ = 0;
   std::vector<bool> awaiting_;               // sent, and no newer round received since
   double now_ = 0.0;                         // the island's clock (set_time)

@@ -41,8 +41,8 @@ struct FragmentHeader {
   /// sends (0: unnumbered): the epoch its last join reply gave in the high 32 bits, a count of
   /// its sends in the low. global_params in a JoinReply: that epoch (SyncerCore::join_reply).
   std::uint64_t seq = 0;
-  /// global_params / global_delta: per island, the highest `seq` of its outer gradients that the
-  /// fragment of this round has merged (0: none known). An island reads whether its own last
+  /// global_params / global_delta: per island, the highest `seq` of its outer gradients of its
+  /// current epoch (its last join reply) that the fragment of this round has merged (0: none). An island reads whether its own last
   /// send is in (IslandCore, fragments.adopt = "rebase"). At most WireLimits::max_islands entries.
   std::vector<std::uint64_t> merged_seq;
 };
