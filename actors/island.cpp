@@ -39,11 +39,23 @@ struct IslandState {
   Membership member;                // the syncer it joined, its join requests
   std::unique_ptr<ChipPool> chips;            // hands each step to the chips, gathers their replies
   int incarnation = 0;
+  std::uint64_t rebases = 0, mixes = 0;  // the core's adoptions already added to the island's record
   double step_started = 0.0;     // actor time the step in flight began (goodput)
   std::shared_ptr<bool> live;    // joined and not dead: counted among the live islands
 };
 
 using Self = caf::stateful_actor<IslandState>*;
+
+/// Adds the adoptions the core applied since the last call to the island's record (a step, a
+/// broadcast or a settle may apply them).
+void count_adoptions(Self self) {
+  auto& st = self->state;
+  auto& r = st.rt->islands[static_cast<std::size_t>(st.island)];
+  r.rebased += st.core->rebases() - st.rebases;
+  r.mixed += st.core->mixes() - st.mixes;
+  st.rebases = st.core->rebases();
+  st.mixes = st.core->mixes();
+}
 
 // The phases, each a behaviour that names the messages it takes (defined further down).
 caf::behavior joining(Self self);
@@ -139,6 +151,7 @@ void wind_down(Self self) {
   }
   if (!st.member.syncer) return ask_to_join(self, false);  // goes on in welcome
   st.core->settle();
+  count_adoptions(self);
   if (st.draining && !st.announced) {
     int unsent = 0;
     for (int p = 0; p < rt.P(); ++p) unsent += st.core->steps_since(p) > 0 ? 1 : 0;
@@ -225,6 +238,7 @@ void finish_step(Self self) {
   const int answered = static_cast<int>(results.size());
   const long before = st.core->step();
   const double loss = st.core->apply_gradient(g);
+  count_adoptions(self);
   std::uint64_t tokens = 0;
   for (const auto& x : g) tokens += x.tokens;
   self->become(training(self));
@@ -275,6 +289,7 @@ bool take_broadcast(Self self, const WireFrame& w, bool after_next_step) {
                          "island " + std::to_string(st.island) + ": broadcast", w))
     return false;
   auto got = st.core->adopt_frame(detail::bytes_of(w));
+  count_adoptions(self);
   if (!got && got.error().code == errc::missed_round) ask_to_join(self, after_next_step);  // missed a delta: heal
   else if (!got) detail::refuse(self, *st.rt, st.rt->islands[static_cast<std::size_t>(st.island)].refused, "island " + std::to_string(st.island) + ": broadcast: " + got.error().message(), std::string(to_string(got.error().code)));
   return got.has_value();

@@ -105,6 +105,8 @@ Tally Ledger::tally() const {
     t.live_islands += r.live.load() != 0 ? 1 : 0;
     t.islands_done += r.done.load() ? 1 : 0;
     t.rejected += r.refused.load();
+    t.rebased += r.rebased.load();
+    t.mixed += r.mixed.load();
   }
   for (const auto& island : chips)
     for (const auto& c : island) t.live_chips += c.starts.load() - c.ends.load();

@@ -253,6 +253,10 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
               100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
               gp.in_flight_chip_s, gp.global_downtime_s);
+  if (cfg.fragments.adopt == diloco::AdoptRule::rebase)
+    std::printf("adoptions: %llu rebased onto other islands' commits, %llu mixed (a commit with the island's own send, "
+                "or one it could not tell)\n",
+                static_cast<unsigned long long>(t.rebased), static_cast<unsigned long long>(t.mixed));
   print_invariants(end.violations, diloco::actors::RunPart::whole_run);
   if (jsonl) {
     for (const auto& [at, what] : timeline.faults()) jsonl.write(Json{{"fault", what}, {"seconds", at}});
@@ -287,6 +291,8 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"rounds", end.rounds},
                      {"commits", t.commits},
                      {"dropped_stale", t.dropped_stale},
+                     {"adoptions_rebased", t.rebased},
+                     {"adoptions_mixed", t.mixed},
                      {"invariant_violations", end.violations},
                      {"links", std::move(links)}});
   }

@@ -32,6 +32,8 @@ struct IslandRecord {
   std::atomic<std::uint64_t> tokens{0};     // tokens trained
   std::atomic<std::uint64_t> bytes_up{0};   // frame bytes sent to the syncer
   std::atomic<std::uint64_t> refused{0};    // frames from the syncer it refused
+  std::atomic<std::uint64_t> rebased{0};    // adoptions applied as a rebase (fragments.adopt)
+  std::atomic<std::uint64_t> mixed{0};      // adoptions applied as an α mix
   std::atomic<int> incarnation{0};          // starts so far
   /// The incarnation that is joined and not dead (0: none): alive means joined.
   std::atomic<int> live{0};
@@ -150,6 +152,7 @@ struct Tally {
   std::uint64_t dropped_stale = 0;
   std::uint64_t rejected = 0;       // every refused frame: the islands', the syncer's, the gateway's, the relays'
   std::uint64_t commits = 0;
+  std::uint64_t rebased = 0, mixed = 0;  // the islands' adoptions, by how they were applied
 };
 
 /// What happens in a run, and what the apps read: one record per writer (each island, each chip,
