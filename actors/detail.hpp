@@ -105,9 +105,16 @@ std::optional<T> expect_message(caf::event_based_actor* self, Runtime& rt, std::
   return std::get<T>(std::move(*msg));
 }
 
+/// A join request admitted: the island, its sender, and whether it keeps its parameters.
+struct Joining {
+  int id = 0;
+  caf::actor who;
+  bool keeps_local = false;
+};
+
 /// A join request from an island of the run, with its sender (the syncer's and the parameter
 /// server's join path); anything else is refused (counted and reported) and gives nothing.
-inline std::optional<std::pair<int, caf::actor>> admit_join(caf::event_based_actor* self, Runtime& rt, const WireFrame& w) {
+inline std::optional<Joining> admit_join(caf::event_based_actor* self, Runtime& rt, const WireFrame& w) {
   const auto req = expect_message<JoinRequest>(self, rt, rt.syncer.refused, "syncer: join request", w);
   if (!req) return std::nullopt;
   const int id = req->island;
@@ -117,7 +124,7 @@ inline std::optional<std::pair<int, caf::actor>> admit_join(caf::event_based_act
   auto who = caf::actor_cast<caf::actor>(self->current_sender());
   if (!who)
     return refuse(self, rt, rt.syncer.refused, "syncer: join request of island " + std::to_string(id) + " without a sender", "no_sender"), std::nullopt;
-  return std::make_pair(id, std::move(who));
+  return Joining{id, std::move(who), req->keeps_local};
 }
 
 /// A progress report of an island of the run (the syncer's and the parameter server's progress

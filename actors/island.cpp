@@ -35,7 +35,6 @@ struct IslandState {
   bool resend = false;   // finished, then re-joined a (restarted) syncer: send every fragment
   bool draining = false; // told to leave (drain_atom): winds down as if its budget were spent
   bool announced = false; // its leaving was reported (Event::leaving)
-  bool resumed = false;   // restored from a state directory: its first welcome keeps its parameters
   Membership member;                // the syncer it joined, its join requests
   std::unique_ptr<ChipPool> chips;            // hands each step to the chips, gathers their replies
   int incarnation = 0;
@@ -131,8 +130,8 @@ void keep_state(Self self) {
 /// (winding_down). With the final sync, and always when it leaves, it first sends every
 /// fragment's unsent progress (after the merge of one still in flight arrives, so as not to
 /// repeat it), tells the syncer it finished (rounds stop waiting for it, and its going is no
-/// failure), and is done once those last contributions were merged. Runs again on every
-/// broadcast and re-join.
+/// failure), and is done once the syncer settled them (a frame says they were merged, or dropped
+/// for good). Runs again on every broadcast and re-join.
 void wind_down(Self self) {
   auto& st = self->state;
   auto& rt = *st.rt;
@@ -168,7 +167,9 @@ void wind_down(Self self) {
     else if (!send_fragment(self, p)) return;
   }
   if (!unsent) st.resend = false;
-  for (int p = 0; p < rt.P(); ++p) awaiting = awaiting || st.core->awaiting(p);
+  // Done once the syncer settled every send (a frame said so): a newer round alone may be
+  // other islands' while this island's last contributions still wait on a cut link.
+  for (int p = 0; p < rt.P(); ++p) awaiting = awaiting || st.core->awaiting(p) || !st.core->sends_settled(p);
   keep_state(self);  // before the syncer hears it finished (and writes its state file)
   if (!unsent) say_finished(self);
   if (!unsent && !awaiting) {
@@ -262,11 +263,12 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   const auto& reply = *got;
   // A re-join keeps the local progress and re-bases; so does the first join of an island
   // restored from a state directory (its parameters are its own, the syncer's may be older).
-  const bool keep_local = rejoin || st.resumed;
+  // The request said which (Membership::keeps_local): the syncer dropped what it must.
+  const bool keep_local = st.member.keeps_local;
   const auto held = st.core->base_round(0);
   st.core->set_time(detail::now_s(self));
   st.core->heal(reply, keep_local);
-  st.resumed = false;
+  st.member.keeps_local = true;  // later heals of this life keep its progress
   st.left = false;  // the syncer counts on a joining island until it says it finished
   count_joined(self);
   auto e = Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin);
@@ -408,6 +410,7 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   s.tau = rt->tau();
   s.alpha = rt->alpha();
   s.adopt = c.fragments.adopt;
+  s.islands = c.train.islands;
   s.codec = CodecParams{*parse_encoding(c.fragments.encoding), static_cast<std::uint32_t>(c.fragments.block_size)};
   s.error_feedback = c.fragments.error_feedback;
   st.core = std::make_unique<IslandCore>(rt->layout_model->layout(), rt->plan, s, c.inner, rt->initial);
@@ -417,7 +420,7 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
       saved && rt->islands[static_cast<std::size_t>(i)].incarnation.load() == 0) {
     if (auto ok = st.core->restore(*saved); !ok)
       spdlog::error("island {}: saved state not restored, starting from the global parameters: {}", i, ok.error().message());
-    else st.resumed = true;
+    else st.member.keeps_local = true;  // its first welcome keeps its parameters
   }
   start_member(self, rt, i);
   return joining(self);

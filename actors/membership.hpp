@@ -21,6 +21,9 @@ struct Membership {
   caf::actor syncer;           // the unit joined (or asked to join)
   bool join_inflight = false;  // a join request or retry is under way
   caf::actor_addr dead;        // the unit we saw die
+  /// Heals keep the parameters (the island healed once in this life, or was restored from a
+  /// saved state): join requests say so (JoinRequest::keeps_local). Never for ddp replicas.
+  bool keeps_local = false;
 
   /// Asks the syncer in the directory to join, as island `island` in its `incarnation`. With
   /// none alive yet, asks again on a timer (a join_atom to itself) unless `after_next_step`
@@ -39,7 +42,7 @@ struct Membership {
       syncer = s;
       self->monitor(s);
     }
-    JoinRequest jr{island, static_cast<std::uint64_t>(incarnation)};
+    JoinRequest jr{island, static_cast<std::uint64_t>(incarnation), keeps_local};
     detail::send_over_link(self, rt, island, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
   }
 

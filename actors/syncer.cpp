@@ -57,7 +57,7 @@ struct SyncerState {
   // Islands whose down link was busy when a frame fell due: sent when it is free (one frame per
   // fragment then carries every commit since the island's last), at the tick of this time.
   double link_free_tick = std::numeric_limits<double>::infinity();
-  std::vector<std::pair<int, caf::actor>> held_welcomes;
+  std::vector<detail::Joining> held_welcomes;
 };
 
 /// Whether what the syncer holds now may reach islands: always, unless a replicated leader's
@@ -115,8 +115,8 @@ caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, E
 caf::actor reachable(const SyncerState& st, int id) {
   auto it = st.islands.find(id);
   if (it == st.islands.end()) return {};
-  for (const auto& [wid, who] : st.held_welcomes)
-    if (wid == id && who == it->second) return {};
+  for (const auto& j : st.held_welcomes)
+    if (j.id == id && j.who == it->second) return {};
   return it->second;
 }
 
@@ -331,14 +331,14 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         auto& st = self->state;
         auto joining = detail::admit_join(self, *rt, w);
         if (!joining) return;
-        auto& [id, who] = *joining;
+        auto& [id, who, keeps_local] = *joining;
         st.islands[id] = who;
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         // A join reply carries every commit: a replicated leader sends it once a majority holds them.
         if (replicated(st, *rt) && (!rt->leading || rt->leading()))
-          detail::welcome(self, *rt, id, who, st.core->join_reply(id), st.core->global_round());
-        else st.held_welcomes.emplace_back(id, who);
+          detail::welcome(self, *rt, id, who, st.core->join_reply(id, keeps_local), st.core->global_round());
+        else st.held_welcomes.push_back(*joining);
       },
       [=](replicated_atom, std::uint64_t generation) {
         // From this process's gateway only: a majority of the replicas holds `generation`.
@@ -356,9 +356,9 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (!replicated(st, *rt)) return;
         auto welcomes = std::move(st.held_welcomes);
         st.held_welcomes.clear();
-        for (auto& [id, who] : welcomes)
-          if (auto it = st.islands.find(id); it != st.islands.end() && it->second == who)
-            detail::welcome(self, *rt, id, who, st.core->join_reply(id), st.core->global_round());
+        for (auto& j : welcomes)
+          if (auto it = st.islands.find(j.id); it != st.islands.end() && it->second == j.who)
+            detail::welcome(self, *rt, j.id, j.who, st.core->join_reply(j.id, j.keeps_local), st.core->global_round());
       },
       [=](progress_atom, const WireFrame& w) {
         auto& st = self->state;

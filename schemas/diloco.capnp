@@ -43,9 +43,10 @@ struct Fragment {
                              # JoinReply: the epoch (high 32 bits) the island numbers its sends in
                              # from then on; 0 otherwise
   mergedSeq @13 :List(UInt64);  # globalParams/globalDelta: per island, the highest `seq` of its
-                             # outer gradients of its current epoch (its last JoinReply) merged
-                             # into the fragment of this round (0: none); empty for other kinds.
-                             # fragments.adopt = "rebase" reads it
+                             # outer gradients of its current epoch (its last JoinReply) that the
+                             # syncer is done with as of this round: merged into the fragment, or
+                             # dropped and never to be merged (0: none); empty for other kinds.
+                             # Islands read it to rebase and to end their final sync
 }
 
 struct FragmentCounters {
@@ -68,6 +69,10 @@ struct Progress {
 struct JoinRequest {
   island @0 :Int32;
   incarnation @1 :UInt64;    # bumps on every restart of the island
+  keepsLocal @2 :Bool;       # keeps its parameters through the heal (a re-join, or restored from
+                             # a saved state): its progress is sent again from the new base, so
+                             # the syncer drops its pending outer gradients and refuses its older
+                             # epochs' sends still on their way
 }
 
 # The syncer's answer: every global fragment with its round (kind = globalParams).

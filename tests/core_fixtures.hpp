@@ -64,11 +64,13 @@ inline SyncerSettings sgd_settings(int islands, int K, std::string grace = "none
   return s;
 }
 
-inline Frame delta_frame(int island, std::uint64_t base, float value, std::size_t n = 4, std::uint32_t p = 0) {
+inline Frame delta_frame(int island, std::uint64_t base, float value, std::size_t n = 4, std::uint32_t p = 0,
+                         std::uint64_t seq = 0) {
   FragmentHeader h;
   h.island = island;
   h.index = p;
   h.base_round = base;
+  h.seq = seq;
   h.tokens = 100;
   h.steps = 10;
   std::vector<float> v(n, value);

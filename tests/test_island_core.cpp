@@ -113,64 +113,66 @@ BOOST_AUTO_TEST_CASE(rebase_keeps_unsent_progress_whole_and_mixes_while_a_send_i
       step();
       step();
       other();  // round 1: island 1's progress alone; island 0 has sent nothing
-      BOOST_TEST(a.sends_merged(0));
+      BOOST_TEST(a.sends_settled(0));
       adopt(rb, s.frame_for(0, 0).value());
       step();
       const Frame mine = a.outer_gradient_frame(0).value();
       // Its first send of the epoch its join reply gave (1).
       BOOST_TEST(std::get<FragmentMessage>(decode_message(mine).value()).header.seq == ((std::uint64_t{1} << 32) | 1u));
-      BOOST_TEST(!a.sends_merged(0));
+      BOOST_TEST(!a.sends_settled(0));
       other();  // round 2 lacks island 0's send, which is still on its way: a mix
       adopt(false, s.frame_for(0, 0).value());
-      BOOST_TEST(!a.sends_merged(0));
+      BOOST_TEST(!a.sends_settled(0));
       commit(mine);  // round 3 merges it: a mix (it holds the island's own progress)
       const Frame third = s.frame_for(0, 0).value();
       const auto h = std::get<FragmentMessage>(decode_message(third).value()).header;
       BOOST_TEST(h.merged_seq == (std::vector<std::uint64_t>{(std::uint64_t{1} << 32) | 1u, 0}));
       adopt(false, third);
-      BOOST_TEST(a.sends_merged(0));
+      BOOST_TEST(a.sends_settled(0));
       step();
       other();  // round 4: island 1's alone again
       adopt(rb, s.frame_for(0, 0).value());
-      // A re-join that keeps θ while a send is on its way: the send merges after the join, in
-      // the epoch before it, so frames do not report it, and the island mixes until a send of its
-      // new epoch is reported merged (its θ may hold progress the syncer is about to merge).
+      // A re-join that keeps θ while a send is on its way: the syncer refuses that send (its
+      // progress goes out again from the new base), so no commit can hold it and the island
+      // rebases at once.
       step();
       const Frame pending = a.outer_gradient_frame(0).value();
-      a.heal(s.join_reply(0), true);
-      commit(pending);
-      const Frame late = s.frame_for(0, 0).value();
-      BOOST_TEST(std::get<FragmentMessage>(decode_message(late).value()).header.merged_seq.at(0) == 0u);
-      adopt(false, late);
-      BOOST_TEST(!a.sends_merged(0));
+      BOOST_TEST(!a.sends_settled(0));
+      a.heal(s.join_reply(0, /*keeps_local=*/true), true);
+      BOOST_TEST(a.sends_settled(0));
+      auto withdrawn = s.receive(pending, 0.0);
+      BOOST_REQUIRE(!withdrawn);
+      BOOST_TEST((withdrawn.error().code == errc::stale_round));
+      other();  // round 5: island 1's alone
+      adopt(rb, s.frame_for(0, 0).value());
       step();
       const Frame next = a.outer_gradient_frame(0).value();
       BOOST_TEST(std::get<FragmentMessage>(decode_message(next).value()).header.seq == ((std::uint64_t{2} << 32) | 3u));
       // The syncer restarts from its snapshot and numbers epochs from 1 again, lower than the
-      // island's 2: the island, keeping θ with a send not known merged, mixes until its first
-      // send of the new epoch is reported merged, then rebases.
+      // island's 2: what the island sent the dead syncer died with it, the heal starts clean,
+      // and frames of the new epoch count: a commit of its own send is mixed, then it rebases.
       SyncerCore s2(t.plan, init, sgd_settings(2, 1));
       BOOST_REQUIRE(s2.restore(s.snapshot()));
       from = &s2;
-      a.heal(s2.join_reply(0), true);
-      BOOST_TEST(!a.sends_merged(0));
+      a.heal(s2.join_reply(0, true), true);
+      BOOST_TEST(a.sends_settled(0));
       step();
       const Frame after = a.outer_gradient_frame(0).value();
       BOOST_TEST(std::get<FragmentMessage>(decode_message(after).value()).header.seq == ((std::uint64_t{1} << 32) | 4u));
       BOOST_REQUIRE(s2.receive(after, 0.0));
       BOOST_REQUIRE_EQUAL(s2.poll(0.0).size(), 1u);
       adopt(false, s2.frame_for(0, 0).value());
-      BOOST_TEST(a.sends_merged(0));
+      BOOST_TEST(a.sends_settled(0));
       BOOST_REQUIRE(s2.receive(gaussian_frame(1, s2.round(0), 64, g), 0.0));
       BOOST_REQUIRE_EQUAL(s2.poll(0.0).size(), 1u);
       adopt(rb, s2.frame_for(0, 0).value());
       // An island restored from a saved state cannot know which of its saved sends are merged.
       IslandCore b(t.layout, t.plan, is, AdamWConfig{}, init);
-      BOOST_TEST(b.sends_merged(0));
+      BOOST_TEST(b.sends_settled(0));
       BOOST_REQUIRE(b.restore(a.state()));
-      BOOST_TEST(!b.sends_merged(0));
-      BOOST_TEST(a.rebases() == (rb ? 3u : 0u));
-      BOOST_TEST(a.mixes() == (rb ? 4u : 7u));
+      BOOST_TEST(!b.sends_settled(0));
+      BOOST_TEST(a.rebases() == (rb ? 4u : 0u));
+      BOOST_TEST(a.mixes() == (rb ? 3u : 7u));
     }
   }
 }
@@ -362,6 +364,21 @@ BOOST_AUTO_TEST_CASE(island_refuses_a_global_delta_from_an_island_or_of_the_wron
   for (float x : a.params()) BOOST_TEST(x == 0.0f);
   BOOST_TEST(a.adopt_frame(global_delta_frame(syncer_id, 0, 1, 128)).value());
   BOOST_TEST(a.global(0)[0] == 0.01f, boost::test_tools::tolerance(1e-6f));
+  // An island that knows the run's island count refuses a list of merged sends longer than it.
+  IslandSettings two{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true};
+  two.islands = 2;
+  IslandCore b(t.layout, t.plan, two, AdamWConfig{}, init);
+  FragmentHeader h;
+  h.kind = FragmentKind::global_params;
+  h.island = syncer_id;
+  h.base_round = 1;
+  h.merged_seq = {1, 2, 3};
+  auto too_long = b.adopt_frame(encode_fragment(h, CodecParams{}, init).value());
+  BOOST_REQUIRE(!too_long);
+  BOOST_TEST((too_long.error().code == errc::malformed));
+  BOOST_TEST(too_long.error().message().find("the run has 2") != std::string::npos);
+  h.merged_seq.pop_back();
+  BOOST_TEST(b.adopt_frame(encode_fragment(h, CodecParams{}, init).value()).value());
 }
 
 // ---- divergence: a NaN is reported as such, never taken for a missing answer ----

@@ -282,6 +282,60 @@ BOOST_AUTO_TEST_CASE(contribution_repeating_merged_progress_is_not_applied_twice
   BOOST_TEST(s.params()[0] == -2.0f);
 }
 
+BOOST_AUTO_TEST_CASE(an_island_rejoining_with_its_parameters_has_its_earlier_sends_withdrawn) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(2, 2));  // K = 2: island 0's send waits for island 1's
+  const auto e0 = s.join_reply(0).fragments[0].header.seq;
+  const auto e1 = s.join_reply(1).fragments[0].header.seq;
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f, 4, 0, e0 | 1), 0.0));
+  BOOST_REQUIRE_EQUAL(s.pending(0), 1);
+  // Island 0 missed a broadcast and re-joins keeping θ: its next δ, from the new base, holds
+  // that progress again. Its pending send goes, and one of its old epoch still on its way too.
+  const auto again = s.join_reply(0, /*keeps_local=*/true).fragments[0].header.seq;
+  BOOST_TEST(again == (std::uint64_t{2} << 32));
+  BOOST_TEST(s.pending(0) == 0);
+  BOOST_TEST(s.stats().withdrawn == 1u);
+  auto late = s.receive(delta_frame(0, 0, 1.0f, 4, 0, e0 | 2), 0.1);
+  BOOST_REQUIRE(!late);
+  BOOST_TEST((late.error().code == errc::stale_round));
+  BOOST_TEST(late.error().message().find("re-joined keeping its parameters") != std::string::npos);
+  BOOST_TEST(s.stats().withdrawn == 2u);
+  BOOST_TEST(s.stats().dropped_stale == 2u);
+  BOOST_TEST(s.poll(0.1).empty());
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f, 4, 0, e1 | 1), 0.2));
+  BOOST_TEST(s.poll(0.2).empty());  // the quorum waits for island 0 again
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 3.0f, 4, 0, again | 1), 0.3));
+  BOOST_REQUIRE_EQUAL(s.poll(0.3).size(), 1u);
+  BOOST_TEST(s.params()[0] == -2.0f);  // (3 + 1) / 2: island 0's progress once
+  // A fresh island dropped its parameters: what it sent before its join stays valid.
+  BOOST_REQUIRE(s.receive(delta_frame(1, 1, 1.0f, 4, 0, e1 | 2), 0.4));
+  const auto fresh = s.join_reply(1).fragments[0].header.seq;
+  BOOST_TEST(s.pending(0) == 1);
+  BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f, 4, 0, again | 2), 0.5));
+  BOOST_REQUIRE_EQUAL(s.poll(0.5).size(), 1u);
+  BOOST_TEST(s.params()[0] == -3.0f);
+  BOOST_TEST(fresh == (std::uint64_t{2} << 32));
+  BOOST_TEST(s.stats().withdrawn == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(frames_report_a_send_dropped_for_good_as_settled) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(2, 1));
+  const auto e0 = s.join_reply(0).fragments[0].header.seq;
+  const auto e1 = s.join_reply(1).fragments[0].header.seq;
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f, 4, 0, e0 | 1), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  // Island 0's second send, from round 0 again, repeats merged progress: refused, never to be
+  // merged, so the next frame reports it settled (the island is done waiting for it).
+  BOOST_REQUIRE(!s.receive(delta_frame(0, 0, 1.0f, 4, 0, e0 | 2), 0.1));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 1, 1.0f, 4, 0, e1 | 1), 0.2));
+  BOOST_REQUIRE_EQUAL(s.poll(0.2).size(), 1u);
+  const auto h = std::get<FragmentMessage>(decode_message(s.frame_for(0, 0).value()).value()).header;
+  BOOST_TEST(h.merged_seq == (std::vector<std::uint64_t>{e0 | 2, e1 | 1}));
+}
+
 BOOST_AUTO_TEST_CASE(newer_frame_of_an_island_supersedes_its_pending_one) {
   Tiny t;
   std::vector<float> init(4, 0.0f);

@@ -229,7 +229,7 @@ BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
   const std::vector<Message> msgs = {
       Message(fm),
       Message(ProgressMessage{3, 12345, {{0, 5, 100, 2}, {1, 6, 200, 4}}, true, true}),
-      Message(JoinRequest{2, 9}),
+      Message(JoinRequest{2, 9, true}),
       Message(JoinReply{{fm, fm}}),
       Message(Heartbeat{-1, 42, 1'000'000'007}),
       Message(RunOver{RunOutcome::stopped, "island 2 reported that it diverged at step 7"}),
@@ -267,6 +267,8 @@ BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
   auto j = std::get<JoinRequest>(*decode_message(encode_message(msgs[2])));
   BOOST_TEST(j.island == 2);
   BOOST_TEST(j.incarnation == 9u);
+  BOOST_TEST(j.keeps_local);
+  BOOST_TEST(!std::get<JoinRequest>(*decode_message(encode_message(JoinRequest{2, 9}))).keeps_local);
   auto r = std::get<JoinReply>(*decode_message(encode_message(msgs[3])));
   BOOST_TEST_REQUIRE(r.fragments.size() == 2u);
   for (const auto& f : r.fragments) check_fragment_msg(f);

@@ -65,7 +65,8 @@ std::string describe_message(const Message& m, std::size_t frame_bytes) {
             o << "    fragment " << c.index << ": round " << c.base_round << ", tokens " << c.tokens << ", steps "
               << c.steps << "\n";
         } else if constexpr (std::is_same_v<T, JoinRequest>) {
-          o << "  island " << msg.island << ", incarnation " << msg.incarnation << "\n";
+          o << "  island " << msg.island << ", incarnation " << msg.incarnation
+            << (msg.keeps_local ? ", keeps its parameters" : "") << "\n";
         } else if constexpr (std::is_same_v<T, JoinReply>) {
           o << "  " << msg.fragments.size() << " global fragments\n";
           for (const auto& f : msg.fragments) describe_fragment(o, f, "    ");

@@ -10,6 +10,12 @@
 
 namespace diloco {
 
+namespace {
+// sent_seq_ of a fragment whose θ may hold sends of an earlier life (a restore, until its heal):
+// above every seq, so sends_settled() is false until a send of this epoch is merged.
+constexpr std::uint64_t kUnknownSends = std::numeric_limits<std::uint64_t>::max();
+}  // namespace
+
 IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, IslandSettings settings,
                        AdamWConfig inner, std::span<const float> initial)
     : layout_(&layout), plan_(&plan), settings_(settings), opt_(layout, inner),
@@ -178,22 +184,14 @@ void IslandCore::diverged(const std::string& what) {
   if (health_) health_ = Error{errc::non_finite, "island " + std::to_string(settings_.island) + " diverged: " + what};
 }
 
-void IslandCore::mix(int p, std::span<const float> values) {
-  work_.resize(values.size());
-  auto& theta = writable();
-  plan_->gather<float>(p, theta, work_);
-  const double a = settings_.alpha;
-  for (std::size_t j = 0; j < work_.size(); ++j)
-    work_[j] = static_cast<float>(a * work_[j] + (1.0 - a) * values[j]);
-  plan_->scatter(p, work_, theta);
-}
-
-void IslandCore::rebase(int p, std::span<const float> values) {
+void IslandCore::take(int p, std::span<const float> values, bool rebase) {
   work_.resize(values.size());
   auto& theta = writable();
   plan_->gather<float>(p, theta, work_);
   const auto& held = global_[static_cast<std::size_t>(p)];
-  for (std::size_t j = 0; j < work_.size(); ++j) work_[j] += values[j] - held[j];
+  const double a = settings_.alpha;
+  for (std::size_t j = 0; j < work_.size(); ++j)
+    work_[j] = rebase ? work_[j] + (values[j] - held[j]) : static_cast<float>(a * work_[j] + (1.0 - a) * values[j]);
   plan_->scatter(p, work_, theta);
 }
 
@@ -219,6 +217,7 @@ Expected<bool> IslandCore::adopt_frame(std::span<const std::byte> frame) {
   WireContext ctx;
   for (int p = 0; p < plan_->count(); ++p) ctx.fragment_sizes.push_back(plan_->size(p));
   ctx.accept = FragmentKind::global_params;  // global_delta too
+  ctx.islands = settings_.islands;           // bounds the merged_seq list
   if (auto st = check_fragment(f->header, f->data.count, ctx); !st) return st.error();
   std::vector<float> values(f->data.count);
   if (auto st = decode(EncodedView(f->data), std::span<float>(values)); !st) return st.error();
@@ -259,13 +258,9 @@ void IslandCore::apply_ready() {
     const auto i = static_cast<std::size_t>(it->p);
     // Rebase only onto a fragment that cannot hold any of the island's unmerged progress: all
     // its sends are in the fragment it holds, so the change is other islands' alone.
-    if (settings_.adopt == AdoptRule::rebase && sends_merged(it->p)) {
-      rebase(it->p, it->values);
-      ++rebases_;
-    } else {
-      mix(it->p, it->values);
-      ++mixes_;
-    }
+    const bool rebase = settings_.adopt == AdoptRule::rebase && sends_settled(it->p);
+    take(it->p, it->values, rebase);
+    ++(rebase ? rebases_ : mixes_);
     // Only the island's current epoch counts: a frame from before its last heal reports another.
     if (it->merged_seq >> 32 == epoch_) merged_seq_[i] = std::max(merged_seq_[i], it->merged_seq);
     global_[i] = std::move(it->values);
@@ -292,12 +287,11 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     sent_at_[i] = -1;
     awaiting_[i] = false;
     // The reply starts a new epoch, and frames report only its sends (a restarted syncer may
-    // even number it lower than the last). A fresh heal drops the island's own progress with θ:
-    // whatever of its sends is still to be merged is other islands' news now, and the next
-    // commit can be rebased onto. Keeping θ, a send not known merged may still be: unknown (the
-    // island mixes) until a send of the new epoch is reported merged.
-    const bool clean = !keep_local || sends_merged(p);
-    sent_seq_[i] = clean ? 0 : std::numeric_limits<std::uint64_t>::max();
+    // even number it lower than the last). Nothing the island sent before can reach Θ later as
+    // its own: a fresh heal drops its progress with θ (what it sent is other islands' news now),
+    // and keeping θ it asked the syncer to drop its earlier sends (JoinRequest::keeps_local;
+    // those to a dead syncer died with it). So the next commit can be rebased onto.
+    sent_seq_[i] = 0;
     merged_seq_[i] = 0;
     if (std::isnan(next_due_[i]))  // a time cadence starts at the first heal; later ones keep its phase
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
@@ -342,7 +336,7 @@ Status IslandCore::restore(const IslandState& s) {
   queue_.clear();
   // θ holds progress whose sends, made by the saved island, may still be merged: unknown until a
   // send of this life is reported merged (until then adoptions mix).
-  sent_seq_.assign(sent_seq_.size(), std::numeric_limits<std::uint64_t>::max());
+  sent_seq_.assign(sent_seq_.size(), kUnknownSends);
   return {};
 }
 

@@ -107,6 +107,7 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   merged_base_.assign(P, std::vector<std::uint64_t>(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0));
   merged_seq_ = merged_base_;
   epochs_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0);
+  kept_local_.assign(epochs_.size(), false);
   state_.resize(P);
   for (auto& s : state_) s.live_islands = settings_.islands;
   finished_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), false);
@@ -131,12 +132,24 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
   for (int p = 0; p < plan_->count(); ++p) largest = std::max(largest, plan_->size(p));
   rx_.resize(largest);
   auto got = inbox_.receive(frame, std::span<double>(rx_));
-  if (!got) return got.error();
+  if (!got) {
+    if (const auto& h = inbox_.stale()) settle(static_cast<int>(h->index), *h);  // never to be merged
+    return got.error();
+  }
   stats_.bytes_in += frame.size();
   const auto& h = got->header;
-  if (merged_base_[h.index][static_cast<std::size_t>(h.island)] > h.base_round) {
+  const auto from = static_cast<std::size_t>(h.island);
+  if (kept_local_[from] && h.seq >> 32 != epochs_[from]) {
+    ++stats_.withdrawn;
+    ++dropped_in_merge_;
+    return Error{errc::stale_round, "island " + std::to_string(h.island) + " re-joined keeping its parameters (epoch " +
+                                        std::to_string(epochs_[from]) + "): its send of epoch " + std::to_string(h.seq >> 32) +
+                                        " of fragment " + std::to_string(h.index) + " comes again from the new base"};
+  }
+  if (merged_base_[h.index][from] > h.base_round) {
     ++stats_.overlapping;
     ++dropped_in_merge_;
+    settle(static_cast<int>(h.index), h);  // never to be merged: the island may count it done
     return Error{errc::stale_round, "island " + std::to_string(h.island) + " already had a contribution based on round " +
                                         std::to_string(h.base_round) + " of fragment " + std::to_string(h.index) +
                                         " merged; this one repeats it"};
@@ -223,17 +236,16 @@ Commit SyncerCore::commit(int p, double now) {
     c.live = effective(p, q).live_islands;
   }
   c.at = now;
-  for (const auto& x : pending_[i])
+  for (const auto& x : pending_[i]) {
+    settle(p, x.header);  // merged, or dropped as too stale
     if (staleness_factor(settings_.merge, rounds_[i], x.header.base_round)) {
       c.islands.push_back(x.header.island);
       c.staleness.push_back(static_cast<int>(rounds_[i] - x.header.base_round));
       c.frames.push_back(x.digest);
       c.tokens += x.header.tokens;
       merged_base_[i][static_cast<std::size_t>(x.header.island)] = x.header.base_round + 1;
-      // Only sends of the island's current epoch (join_reply) say what its current life sent.
-      auto& seq = merged_seq_[i][static_cast<std::size_t>(x.header.island)];
-      if (x.header.seq >> 32 == epochs_[static_cast<std::size_t>(x.header.island)]) seq = std::max(seq, x.header.seq);
     }
+  }
   // n of L: L counts finished islands too (their share of the period is in, or lost), so a
   // last island training alone moves the global parameters by its share, not by a full step.
   const int live = state_[i].live_islands;
@@ -432,12 +444,17 @@ std::uint64_t SyncerCore::held_round(int p, int island) const {
   return s ? s->round : rounds_[static_cast<std::size_t>(p)];
 }
 
-JoinReply SyncerCore::join_reply(int island) {
+JoinReply SyncerCore::join_reply(int island, bool keeps_local) {
   JoinReply r;
   // A new epoch for the island's sends: those of its earlier lives (or of before this re-join)
   // never count as merged sends of this one, whatever their numbers.
   std::uint32_t epoch = 0;
-  if (island >= 0 && island < settings_.islands) epoch = ++epochs_[static_cast<std::size_t>(island)];
+  if (island >= 0 && island < settings_.islands) {
+    const auto i = static_cast<std::size_t>(island);
+    epoch = ++epochs_[i];
+    kept_local_[i] = keeps_local;
+    if (keeps_local) withdraw(island);
+  }
   for (int p = 0; p < plan_->count(); ++p) {
     FragmentMessage m;
     m.header.kind = FragmentKind::global_params;
@@ -457,6 +474,30 @@ JoinReply SyncerCore::join_reply(int island) {
     r.fragments.push_back(std::move(m));
   }
   return r;
+}
+
+void SyncerCore::settle(int p, const FragmentHeader& h) {
+  // Only sends of the island's current epoch (join_reply) say what its current life sent.
+  const auto from = static_cast<std::size_t>(h.island);
+  if (h.island < 0 || from >= epochs_.size()) return;
+  auto& seq = merged_seq_[static_cast<std::size_t>(p)][from];
+  if (h.seq >> 32 == epochs_[from]) seq = std::max(seq, h.seq);
+}
+
+void SyncerCore::withdraw(int island) {
+  for (int p = 0; p < plan_->count(); ++p) {
+    auto& list = pending_[static_cast<std::size_t>(p)];
+    const auto n = list.size();
+    std::erase_if(list, [&](const Pending& x) { return x.header.island == island; });
+    if (list.size() == n) continue;
+    stats_.withdrawn += n - list.size();
+    dropped_in_merge_ += n - list.size();
+    auto& st = state_[static_cast<std::size_t>(p)];
+    st.arrivals = static_cast<int>(list.size());
+    QuorumConfig q;
+    effective(p, q);
+    if (st.arrivals < q.min_islands) st.quorum_at.reset();  // the quorum is to be reached again
+  }
 }
 
 Checkpoint SyncerCore::snapshot() const {

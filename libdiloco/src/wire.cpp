@@ -300,7 +300,7 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
     }
     case MessageType::join_request: {
       auto j = env.getJoinRequest();
-      return Message(JoinRequest{j.getIsland(), j.getIncarnation()});
+      return Message(JoinRequest{j.getIsland(), j.getIncarnation(), j.getKeepsLocal()});
     }
     case MessageType::join_reply: {
       auto list = env.getJoinReply().getFragments();
@@ -425,6 +425,7 @@ Frame encode_message(const Message& m, std::uint64_t term) {
           auto j = env.initJoinRequest();
           j.setIsland(msg.island);
           j.setIncarnation(msg.incarnation);
+          j.setKeepsLocal(msg.keeps_local);
         } else if constexpr (std::is_same_v<T, JoinReply>) {
           auto list = env.initJoinReply().initFragments(static_cast<unsigned>(msg.fragments.size()));
           for (unsigned i = 0; i < msg.fragments.size(); ++i) fill_fragment(list[i], msg.fragments[i]);
@@ -531,10 +532,12 @@ Status check_fragment(const FragmentHeader& h, std::size_t count, const WireCont
   if (count != want)
     return Error{errc::wrong_length, "fragment " + num(h.index) + " carries " + num(count) + " values, it has " + num(want)};
   // Only the syncer's fragments say which islands' sends they merged, one entry per island.
-  if (!h.merged_seq.empty() && (from_island || (ctx.islands > 0 && h.merged_seq.size() > static_cast<std::size_t>(ctx.islands))))
-    return Error{errc::malformed, std::string(from_island ? "an island's fragment" : "global fragment " + num(h.index)) +
-                                      " lists merged sends of " + num(h.merged_seq.size()) + " islands" +
-                                      (from_island ? "; only the syncer's do" : ", the run has " + std::to_string(ctx.islands))};
+  if (!h.merged_seq.empty() && from_island)
+    return Error{errc::malformed, "island " + std::to_string(h.island) + "'s fragment " + num(h.index) + " lists merged sends of " +
+                                      num(h.merged_seq.size()) + " islands; only the syncer's do"};
+  if (ctx.islands > 0 && h.merged_seq.size() > static_cast<std::size_t>(ctx.islands))
+    return Error{errc::malformed, "global fragment " + num(h.index) + " lists merged sends of " + num(h.merged_seq.size()) +
+                                      " islands, the run has " + std::to_string(ctx.islands)};
   const std::uint64_t round = h.index < ctx.rounds.size() ? ctx.rounds[h.index] : 0;
   if (h.kind == FragmentKind::outer_gradient) {
     if (h.base_round > round)
@@ -583,6 +586,7 @@ Expected<FragmentInbox::Received> FragmentInbox::receive_impl(std::span<const st
     rejected_.add(e.code);
     return e;
   };
+  stale_.reset();
   auto w = frame_words(frame, max_frame_bytes(MessageType::fragment, ctx_.limits), aligned_);
   if (!w) return fail(w.error());
   auto p = peek(*w);
@@ -594,7 +598,10 @@ Expected<FragmentInbox::Received> FragmentInbox::receive_impl(std::span<const st
     auto f = r.getRoot<schema::Envelope>().getFragment();
     auto raw = read_header(f, ctx_.limits);
     if (!raw) return fail(raw.error());
-    if (auto st = check_fragment(raw->header, raw->count, ctx_); !st) return fail(st.error());
+    if (auto st = check_fragment(raw->header, raw->count, ctx_); !st) {
+      if (st.error().code == errc::stale_round) stale_ = raw->header;
+      return fail(st.error());
+    }
     if (out.size() < raw->count)
       return fail(Error{errc::wrong_length, "receive buffer holds " + num(out.size()) + " values, fragment has " + num(raw->count)});
     if (auto st = read_scales(f, *raw, scales_); !st) return fail(st.error());

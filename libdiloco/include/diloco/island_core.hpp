@@ -70,6 +70,8 @@ struct IslandSettings {
   /// (all of this island's sends of it are in the fragment it holds) is added as a change,
   /// θ_p += Θ_p,new − Θ_p,held, keeping the island's unsent progress whole (AdoptRule).
   AdoptRule adopt = AdoptRule::mix;
+  /// The run's islands (0: not known): the syncer's frames list merged sends of at most as many.
+  int islands = 0;
 };
 
 /// Solves "what does one island know and do" without any mailbox: the actor shell feeds it
@@ -137,12 +139,14 @@ public:
   /// newer than the one held or queued are ignored (returns false). Applied at max(now,
   /// sent + τ): at once when due, else queued until apply_gradient reaches that step (a newer
   /// round replaces a queued older one). Applying re-bases the fragment.
-  /// `merged_seq`: the highest seq of this island's sends of p that the fragment merged (the
-  /// syncer's FragmentHeader::merged_seq entry for it; 0: none, or not known).
+  /// `merged_seq`: the highest seq of this island's sends of p that the syncer settled, merged
+  /// or dropped (its FragmentHeader::merged_seq entry for it; 0: none, or not known).
   bool adopt(int p, std::uint64_t round, std::span<const float> values, std::uint64_t merged_seq = 0);
-  /// Whether every send of fragment p is known merged into the fragment the island holds: a
-  /// newer fragment then carries other islands' progress only (fragments.adopt = "rebase").
-  bool sends_merged(int p) const {
+  /// Whether the syncer settled every send of fragment p as of the fragment the island holds:
+  /// merged into it, or dropped for good. A newer fragment then carries other islands'
+  /// progress only (fragments.adopt = "rebase"), and a winding-down island's last
+  /// contributions are in (its final sync is over).
+  bool sends_settled(int p) const {
     return merged_seq_[static_cast<std::size_t>(p)] >= sent_seq_[static_cast<std::size_t>(p)];
   }
   /// Adoptions applied as a rebase / as an α mix since the start.
@@ -190,8 +194,9 @@ public:
 
 private:
   std::vector<float>& writable();  // copy on write if a chip still reads the current vector
-  void mix(int p, std::span<const float> values);
-  void rebase(int p, std::span<const float> values);
+  // Adopts `values` as fragment p: θ_p ← α·θ_p + (1−α)·Θ_new (mix), or θ_p + Θ_new − Θ_held
+  // (rebase: the change is other islands' progress alone).
+  void take(int p, std::span<const float> values, bool rebase);
   void apply_ready();
   void diverged(const std::string& what);
 

@@ -65,6 +65,10 @@ struct SyncerStats {
   std::uint64_t merged = 0;
   std::uint64_t dropped_stale = 0;   // stale_round rejections + staleness drops in merges
   std::uint64_t merged_tokens = 0;   // Σ over commits of merged tokens
+  std::uint64_t withdrawn = 0;       // outer gradients of an island that re-joined keeping its
+                                     // parameters, sent before that join (pending here, or still on
+                                     // their way): it sends that progress again from the new base,
+                                     // so they are dropped (counted in dropped_stale too)
   std::uint64_t bytes_in = 0;
   RejectCounts rejected;             // every refusal by code (stale_round included)
 };
@@ -141,8 +145,13 @@ public:
   std::vector<float> held(int p, int island) const;
   std::uint64_t held_round(int p, int island) const;
   /// Every Θ_p with its round, in fp32, for island `island` (re)joining: the heal is exact, and
-  /// the island's Θ̂ and round restart from it (nothing is due to it any more).
-  JoinReply join_reply(int island);
+  /// the island's Θ̂ and round restart from it (nothing is due to it any more). The reply starts
+  /// a new epoch of the island's sends (FragmentHeader::seq). An island that `keeps_local`
+  /// (JoinRequest::keeps_local) sends its progress again from the new base: its pending outer
+  /// gradients are dropped, and until its next join only sends of the new epoch are taken
+  /// (older ones still on their way are refused as stale_round), else that progress would be
+  /// merged twice. A fresh island dropped its parameters: what it sent before stays valid.
+  JoinReply join_reply(int island, bool keeps_local = false);
   /// The copies of Θ̂_p the syncer keeps for its islands (lossy frames; 0 with fp32): 1 while
   /// every island was sent the same frames since the same start.
   std::size_t reconstructions(int p) const;
@@ -173,6 +182,7 @@ private:
     std::uint64_t digest = 0;  // of the frame (frame_digest): the invariants match merges against refusals
   };
   Commit commit(int p, double now);
+  void withdraw(int island);  // drops the island's pending outer gradients (join_reply)
   /// The round state and quorum fragment p is decided by: as stored, or shrunk for islands
   /// that finished (finish()).
   RoundState effective(int p, QuorumConfig& q) const;
@@ -207,8 +217,10 @@ private:
   std::vector<std::uint64_t> rounds_;
   std::vector<std::vector<Pending>> pending_;
   std::vector<std::vector<std::uint64_t>> merged_base_;  // [p][island]: 1 + base round last merged (0: none)
-  std::vector<std::vector<std::uint64_t>> merged_seq_;   // [p][island]: the highest seq merged (frames carry it)
+  std::vector<std::vector<std::uint64_t>> merged_seq_;   // [p][island]: the highest seq merged or dropped (frames carry it)
+  void settle(int p, const FragmentHeader& h);  // h's send is merged or dropped: merged_seq_ of its epoch
   std::vector<std::uint32_t> epochs_;  // [island]: the epoch its last join_reply gave (the high half of its seqs)
+  std::vector<bool> kept_local_;       // [island]: its last join kept its parameters: only its epoch's sends count
   std::vector<RoundState> state_;
   std::vector<bool> finished_;   // [island]: finished training (finish())
   int finished_count_ = 0;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,8 +43,10 @@ struct FragmentHeader {
   /// its sends in the low. global_params in a JoinReply: that epoch (SyncerCore::join_reply).
   std::uint64_t seq = 0;
   /// global_params / global_delta: per island, the highest `seq` of its outer gradients of its
-  /// current epoch (its last join reply) that the fragment of this round has merged (0: none). An island reads whether its own last
-  /// send is in (IslandCore, fragments.adopt = "rebase"). At most WireLimits::max_islands entries.
+  /// current epoch (its last join reply) that the syncer is done with as of this round: merged
+  /// into the fragment, or dropped (too stale, or repeating merged progress) and never to be
+  /// merged (0: none). An island reads whether all its sends are settled (IslandCore::
+  /// sends_settled: rebasing, the end of its final sync). At most WireLimits::max_islands entries.
   std::vector<std::uint64_t> merged_seq;
 };
 
@@ -76,6 +79,9 @@ struct ProgressMessage {
 struct JoinRequest {
   int island = 0;
   std::uint64_t incarnation = 0;  // bumps on every restart
+  /// Keeps its parameters through the heal (a re-join, or restored from a saved state): its
+  /// progress goes out again from the new base (SyncerCore::join_reply).
+  bool keeps_local = false;
 };
 
 /// The syncer's answer: every global fragment with its round (kind global_params).
@@ -199,6 +205,9 @@ public:
   const WireContext& context() const { return ctx_; }
   const RejectCounts& rejected() const { return rejected_; }
   std::uint64_t accepted() const { return accepted_; }
+  /// The header of the frame the last receive refused as stale_round (a known sender's
+  /// well-formed frame, based on a round too old), else empty: what the syncer settles.
+  const std::optional<FragmentHeader>& stale() const { return stale_; }
 
 private:
   template <class Out>
@@ -209,6 +218,7 @@ private:
   std::uint64_t accepted_ = 0;
   std::vector<std::uint64_t> aligned_;  // copy of frames that arrive unaligned
   std::vector<float> scales_;
+  std::optional<FragmentHeader> stale_;
 };
 
 }  // namespace diloco
