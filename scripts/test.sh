@@ -2,8 +2,8 @@
 # Set up, build, and run the tests with ctest.
 #   scripts/test.sh              the suite in build/ (Release), then the part sanitized in CI: the
 #                                decoders of network and disk input (their tests and the fuzz corpus
-#                                replays) under AddressSanitizer + UBSan, the actor tests under
-#                                ThreadSanitizer
+#                                replays) and the actor tests under AddressSanitizer + UBSan, the
+#                                actor tests under ThreadSanitizer
 #   scripts/test.sh --plain      only the suite in build/ (day-to-day use)
 #   scripts/test.sh --sanitize   only the sanitized runs, all of them: the whole suite under
 #                                AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), then the
@@ -46,9 +46,11 @@ failed=()
 # Instrumented compiles are what cost the time (about 62 min for the whole tree on 2 cores, README):
 # after the plain suite only the code that reads bytes from the network and from disk is built this
 # way, the decoders (Cap'n Proto frames, codecs, checkpoints, configuration, site frames) with their
-# tests and their fuzz corpus replays; `--sanitize` builds and runs everything.
-decoders=(test_codec test_wire test_checkpoint replay_wire_message replay_fragment_inbox replay_codec
-          replay_checkpoint replay_config replay_site_frame)
+# tests and their fuzz corpus replays, and the actor runtime with its tests (the app's HTTP server
+# and end-to-end runs are what the rest would cost); `--sanitize` builds and runs everything.
+actor_tests=(test_supervisor_actor test_runtime_actors test_lockstep)
+asan_targets=(test_codec test_wire test_checkpoint replay_wire_message replay_fragment_inbox replay_codec
+          replay_checkpoint replay_config replay_site_frame "${actor_tests[@]}")
 # halt_on_error: a UBSan report fails the test (the checks stay recoverable so that suppressions work).
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
@@ -60,8 +62,8 @@ if ((asan_all)); then
   select=()
 else
   cmake -S . -B build-asan "${common[@]}" -DDILOCO_SANITIZE=address,undefined -DDILOCO_BUILD_APPS=OFF
-  cmake --build build-asan -j "$jobs" --target "${decoders[@]}"
-  select=(-R "^(test_codec|test_wire|test_checkpoint|fuzz_corpus_replays_through_.*)\$")
+  cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
+  select=(-R "^(test_codec|test_wire|test_checkpoint|fuzz_corpus_replays_through_.*|test_supervisor_actor|test_runtime_actors|test_lockstep)\$")
 fi
 echo "asan+ubsan build: $((SECONDS - start)) s"
 start=$SECONDS
@@ -72,7 +74,6 @@ unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 # ---- ThreadSanitizer: the actor tests ----
 # Run also when the tests above failed: a race is news of its own.
-actor_tests=(test_supervisor_actor test_runtime_actors test_lockstep)
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
 start=$SECONDS
 cmake -S . -B build-tsan "${common[@]}" -DDILOCO_SANITIZE=thread -DDILOCO_BUILD_APPS=OFF

@@ -77,10 +77,17 @@ if OPENBLAS:
              "(scripts/setup.sh installs it)")
     print(f"serving with {', '.join(blas)} loaded")
 
-status, ctype, text = get(base + "/metrics")
-if status != 200 or not ctype.startswith("text/plain"):
-    fail(f"/metrics answered {status} {ctype}")
-first = parse(text)
+# The first scrape may come before the server took the first round's figures: ask again until
+# the evaluation is in (the run goes on meanwhile).
+deadline = time.monotonic() + 30
+while True:
+    status, ctype, text = get(base + "/metrics")
+    if status != 200 or not ctype.startswith("text/plain"):
+        fail(f"/metrics answered {status} {ctype}")
+    first = parse(text)
+    if ("diloco_eval_loss", ()) in first or time.monotonic() > deadline:
+        break
+    time.sleep(0.1)
 for name in ["diloco_global_round", "diloco_commits_total", "diloco_live_islands", "diloco_live_chips",
              "diloco_goodput_ratio", "diloco_global_downtime_seconds_total", "diloco_tokens_total",
              "diloco_stale_drops_total", "diloco_eval_loss", "diloco_commit_contributions_count",

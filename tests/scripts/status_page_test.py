@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import harness
 from harness import fail
@@ -38,13 +39,21 @@ def steps(dom):
     return {int(i): int(s) for i, s in rows}
 
 
-run, base = harness.run_with_http(DILOCO, SRC, "train.steps=400", "inner.warmup_steps=20")
+# Long enough for two renderings on a fast machine; a rendering takes seconds of Chromium's start.
+run, base = harness.run_with_http(DILOCO, SRC, "train.steps=3000", "inner.warmup_steps=20")
 url = base + "/"
 
 first = steps(render(url))
 if sorted(first) != list(range(ISLANDS)):
     fail(f"the page shows islands {sorted(first)}, expected 0..{ISLANDS - 1}")
-run.wait_for(r"^\s+4\s+[0-9.]+", 60)  # three more global rounds
+ROUND = r"^\s+\d+\s+[0-9.]+\s+[0-9.]+\s+\d+"  # a row of the live table: a global round
+rendered = start = harness.now()
+while len(run.matches(ROUND, rendered)) < 3:  # three more global rounds after the first rendering
+    if not run.alive():
+        fail("the run ended before three more global rounds")
+    if not run.progressing(start, 60):
+        fail("no three global rounds within 60 s of the first rendering")
+    time.sleep(0.05)
 dom = render(url)
 second = steps(dom)
 if sorted(second) != list(range(ISLANDS)):
