@@ -149,6 +149,7 @@ void wind_down(Self self) {
     return self->become(done(self));
   }
   if (!st.member.syncer) return ask_to_join(self, false);  // goes on in welcome
+  if (st.member.join_inflight) return;                      // so does this (see after_step)
   st.core->settle();
   count_adoptions(self);
   if (st.draining && !st.announced) {
@@ -213,7 +214,10 @@ void after_step(Self self, bool stepped, double loss, std::uint64_t tokens, int 
       detail::send_over_link(self, rt, i, true, st.member.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
       st.core->set_time(detail::now_s(self));
-      const auto due = st.core->due();
+      // While a join is under way nothing is sent: the syncer that answers gives the base (and
+      // the epoch) the progress goes out from, and a send numbered in the old epoch could reach
+      // a restarted syncer whose epochs start again from 1.
+      const auto due = st.member.join_inflight ? std::vector<int>{} : st.core->due();
       for (int p : due)
         if (!send_fragment(self, p)) return;
       if (!due.empty()) keep_state(self);

@@ -111,6 +111,22 @@ caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, E
   };
 }
 
+/// The join reply to island `j`, sent. Sends it withdrew (the island keeps its parameters and
+/// sends that progress again) leave the goodput meter's books as dropped ones do.
+void welcome(caf::stateful_actor<SyncerState>* self, Runtime& rt, const detail::Joining& j) {
+  auto& st = self->state;
+  std::vector<int> withdrawn;
+  auto reply = st.core->join_reply(j.id, j.keeps_local, &withdrawn);
+  for (int p : withdrawn) {
+    ++rt.syncer.dropped_stale;
+    if (auto it = st.accepted.find({j.id, p}); it != st.accepted.end())
+      for (; it->second > 0; --it->second) detail::tell_meter(rt, GoodputFact::dropped_of(j.id, p));
+    rt.emit(Event::dropped_late(detail::now_s(self), "island " + std::to_string(j.id) + " re-joined keeping its parameters: its pending send of fragment " +
+                                                         std::to_string(p) + " is withdrawn (that progress comes again from the new base)"));
+  }
+  detail::welcome(self, rt, j.id, j.who, reply, st.core->global_round());
+}
+
 /// Whether island `id` registered and is past its welcome (the join reply carries every commit).
 caf::actor reachable(const SyncerState& st, int id) {
   auto it = st.islands.find(id);
@@ -331,13 +347,13 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         auto& st = self->state;
         auto joining = detail::admit_join(self, *rt, w);
         if (!joining) return;
-        auto& [id, who, keeps_local] = *joining;
+        const int id = joining->id;
+        const auto& who = joining->who;
         st.islands[id] = who;
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         // A join reply carries every commit: a replicated leader sends it once a majority holds them.
-        if (replicated(st, *rt) && (!rt->leading || rt->leading()))
-          detail::welcome(self, *rt, id, who, st.core->join_reply(id, keeps_local), st.core->global_round());
+        if (replicated(st, *rt) && (!rt->leading || rt->leading())) welcome(self, *rt, *joining);
         else st.held_welcomes.push_back(*joining);
       },
       [=](replicated_atom, std::uint64_t generation) {
@@ -357,8 +373,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         auto welcomes = std::move(st.held_welcomes);
         st.held_welcomes.clear();
         for (auto& j : welcomes)
-          if (auto it = st.islands.find(j.id); it != st.islands.end() && it->second == j.who)
-            detail::welcome(self, *rt, j.id, j.who, st.core->join_reply(j.id, j.keeps_local), st.core->global_round());
+          if (auto it = st.islands.find(j.id); it != st.islands.end() && it->second == j.who) welcome(self, *rt, j);
       },
       [=](progress_atom, const WireFrame& w) {
         auto& st = self->state;

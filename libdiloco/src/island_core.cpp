@@ -334,8 +334,9 @@ Status IslandCore::restore(const IslandState& s) {
     steps_ = s.steps_since;
   }
   queue_.clear();
-  // θ holds progress whose sends, made by the saved island, may still be merged: unknown until a
-  // send of this life is reported merged (until then adoptions mix).
+  // θ holds progress whose sends, made by the saved island, may still be merged: unknown (any
+  // adoption mixes) until the heal that follows, which starts clean (the join keeps θ, so the
+  // syncer withdraws those sends).
   sent_seq_.assign(sent_seq_.size(), kUnknownSends);
   return {};
 }

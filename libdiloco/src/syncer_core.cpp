@@ -444,7 +444,7 @@ std::uint64_t SyncerCore::held_round(int p, int island) const {
   return s ? s->round : rounds_[static_cast<std::size_t>(p)];
 }
 
-JoinReply SyncerCore::join_reply(int island, bool keeps_local) {
+JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>* withdrawn) {
   JoinReply r;
   // A new epoch for the island's sends: those of its earlier lives (or of before this re-join)
   // never count as merged sends of this one, whatever their numbers.
@@ -453,7 +453,10 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local) {
     const auto i = static_cast<std::size_t>(island);
     epoch = ++epochs_[i];
     kept_local_[i] = keeps_local;
-    if (keeps_local) withdraw(island);
+    if (keeps_local) {
+      auto gone = withdraw(island);
+      if (withdrawn) *withdrawn = std::move(gone);
+    }
   }
   for (int p = 0; p < plan_->count(); ++p) {
     FragmentMessage m;
@@ -484,12 +487,14 @@ void SyncerCore::settle(int p, const FragmentHeader& h) {
   if (h.seq >> 32 == epochs_[from]) seq = std::max(seq, h.seq);
 }
 
-void SyncerCore::withdraw(int island) {
+std::vector<int> SyncerCore::withdraw(int island) {
+  std::vector<int> gone;
   for (int p = 0; p < plan_->count(); ++p) {
     auto& list = pending_[static_cast<std::size_t>(p)];
     const auto n = list.size();
     std::erase_if(list, [&](const Pending& x) { return x.header.island == island; });
     if (list.size() == n) continue;
+    gone.push_back(p);
     stats_.withdrawn += n - list.size();
     dropped_in_merge_ += n - list.size();
     auto& st = state_[static_cast<std::size_t>(p)];
@@ -498,6 +503,7 @@ void SyncerCore::withdraw(int island) {
     effective(p, q);
     if (st.arrivals < q.min_islands) st.quorum_at.reset();  // the quorum is to be reached again
   }
+  return gone;
 }
 
 Checkpoint SyncerCore::snapshot() const {
