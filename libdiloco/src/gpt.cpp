@@ -1,6 +1,10 @@
 // GPT-2 style byte transformer, forward and backward by hand (after llm.c's train_gpt2.c),
-// on row-major Maps over the flat buffers: the linear layers' products on OpenBLAS (gemm.cpp), the
-// per-head attention products and element-wise passes on Eigen.
+// on row-major Maps over the flat buffers: every matrix product on OpenBLAS (gemm.cpp), the linear
+// layers' and the per-head attention's; the element-wise passes on Eigen.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"       // GCC 12 false positives inside Eigen's AVX-512
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized" // packet math (pexp_double), as in gemm.cpp
+#endif
 #include "diloco/gpt.hpp"
 
 
@@ -14,14 +18,8 @@
 namespace diloco {
 namespace {
 
-using nn::CMat;
 using nn::CVec;
-using nn::Mat;
 using nn::Vec;
-template <class S>
-using SMat = Eigen::Map<nn::RowMat<S>, 0, Eigen::OuterStride<>>;
-template <class S>
-using CSMat = Eigen::Map<const nn::RowMat<S>, 0, Eigen::OuterStride<>>;
 
 void check(bool ok, const char* key, const std::string& what) {
   if (!ok) throw std::invalid_argument(std::string(key) + ": " + what);
@@ -118,13 +116,12 @@ void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH
   const S scale = S(1) / std::sqrt(static_cast<S>(hs));
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
-      const S* base = qkv + static_cast<std::size_t>(b) * T * 3 * C + h * hs;
-      CSMat<S> q(base, T, hs, Eigen::OuterStride<>(3 * C));          // (T,hs)
-      CSMat<S> k(base + C, T, hs, Eigen::OuterStride<>(3 * C));      // (T,hs)
-      CSMat<S> v(base + 2 * C, T, hs, Eigen::OuterStride<>(3 * C));  // (T,hs)
+      // q, k, v (T,hs) at row stride 3C in qkv; the products run on the models' GEMM.
+      const S* q = qkv + static_cast<std::size_t>(b) * T * 3 * C + h * hs;
+      const S* k = q + C;
+      const S* v = q + 2 * C;
       S* a = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
-      Mat<S> p(a, T, T);  // (T,T)
-      p.noalias() = scale * (q * k.transpose());
+      nn::gemm(false, true, T, T, hs, scale, q, 3 * C, k, 3 * C, S(0), a, T);  // p (T,T) = scale·q·kᵀ
       for (int i = 0; i < T; ++i) {
         Vec<S> row(a + static_cast<std::size_t>(i) * T, i + 1);
         const S m = row.maxCoeff();
@@ -132,9 +129,9 @@ void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH
         row *= S(1) / row.sum();
         std::memset(a + static_cast<std::size_t>(i) * T + i + 1, 0, sizeof(S) * (T - i - 1));
       }
-      SMat<S> y(out + static_cast<std::size_t>(b) * T * C + h * hs, T, hs,
-                Eigen::OuterStride<>(C));  // (T,hs)
-      y.noalias() = p.template triangularView<Eigen::Lower>() * v;
+      // y (T,hs) at row stride C = p·v; p is zero above its diagonal (a plain product is faster
+      // than a triangular one at these sizes)
+      nn::gemm(false, false, T, hs, T, S(1), a, T, v, 3 * C, S(0), out + static_cast<std::size_t>(b) * T * C + h * hs, C);
     }
 }
 
@@ -147,21 +144,16 @@ void attention_backward(S* dqkv, S* dpreatt, const S* dout, const S* qkv, const 
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const std::size_t off = static_cast<std::size_t>(b) * T * 3 * C + h * hs;
-      CSMat<S> q(qkv + off, T, hs, Eigen::OuterStride<>(3 * C));
-      CSMat<S> k(qkv + off + C, T, hs, Eigen::OuterStride<>(3 * C));
-      CSMat<S> v(qkv + off + 2 * C, T, hs, Eigen::OuterStride<>(3 * C));
-      SMat<S> dq(dqkv + off, T, hs, Eigen::OuterStride<>(3 * C));
-      SMat<S> dk(dqkv + off + C, T, hs, Eigen::OuterStride<>(3 * C));
-      SMat<S> dv(dqkv + off + 2 * C, T, hs, Eigen::OuterStride<>(3 * C));
-      CSMat<S> dy(dout + static_cast<std::size_t>(b) * T * C + h * hs, T, hs,
-                  Eigen::OuterStride<>(C));
+      const S* q = qkv + off;  // (T,hs) at row stride 3C, as k, v and their gradients
+      const S* k = q + C;
+      const S* v = q + 2 * C;
+      S* dq = dqkv + off;
+      S* dk = dq + C;
+      S* dv = dq + 2 * C;
+      const S* dy = dout + static_cast<std::size_t>(b) * T * C + h * hs;  // (T,hs) at row stride C
       const S* a = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
-      CMat<S> p(a, T, T);
-      Mat<S> dp(dpreatt, T, T);
-      // dv (T,hs) = pᵀ (T,T) · dy (T,hs)
-      dv.noalias() = p.transpose().template triangularView<Eigen::Upper>() * dy;
-      // dp (T,T) = dy · vᵀ, only the causal (lower) part is used
-      dp.noalias() = dy * v.transpose();
+      nn::gemm(true, false, T, hs, T, S(1), a, T, dy, C, S(0), dv, 3 * C);        // dv = pᵀ·dy
+      nn::gemm(false, true, T, T, hs, S(1), dy, C, v, 3 * C, S(0), dpreatt, T);  // dp = dy·vᵀ (causal part used)
       // softmax backward, row i over j ≤ i: ds = p ∘ (dp - Σ_j p·dp), times the 1/sqrt(hs) scale
       for (int i = 0; i < T; ++i) {
         CVec<S> prow(a + static_cast<std::size_t>(i) * T, i + 1);
@@ -171,39 +163,39 @@ void attention_backward(S* dqkv, S* dpreatt, const S* dout, const S* qkv, const 
         std::memset(dpreatt + static_cast<std::size_t>(i) * T + i + 1, 0,
                     sizeof(S) * (T - i - 1));
       }
-      // dq (T,hs) = ds · k ; dk (T,hs) = dsᵀ · q
-      dq.noalias() = dp.template triangularView<Eigen::Lower>() * k;
-      dk.noalias() = dp.transpose().template triangularView<Eigen::Upper>() * q;
+      // dq (T,hs) = ds · k ; dk (T,hs) = dsᵀ · q (ds is zero above its diagonal)
+      nn::gemm(false, false, T, hs, T, S(1), dpreatt, T, k, 3 * C, S(0), dq, 3 * C);
+      nn::gemm(true, false, T, hs, T, S(1), dpreatt, T, q, 3 * C, S(0), dk, 3 * C);
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 
+// With `deriv` (a training forward), inp is overwritten by GELU'(inp): the backward pass is then
+// one product, and the tanh is computed once per step instead of twice.
 template <class S>
-void gelu_forward(S* out, const S* inp, std::size_t n) {
-  const S k = static_cast<S>(0.7978845608028654);
-  const S c = static_cast<S>(0.044715);
-  CVec<S> x(inp, static_cast<Eigen::Index>(n));
-  Vec<S>(out, static_cast<Eigen::Index>(n)) = S(0.5) * x * (S(1) + (k * (x + c * x.cube())).tanh());
-}
-
-template <class S>
-void gelu_backward(S* dinp, const S* inp, const S* dout, std::size_t n) {
-  // dinp may alias dout (element-wise)
+void gelu_forward(S* out, S* inp, std::size_t n, bool deriv) {
   const S k = static_cast<S>(0.7978845608028654);
   const S c = static_cast<S>(0.044715);
   constexpr std::size_t chunk = 1024;  // keeps the tanh temporary in L1 without allocating
   alignas(64) S th[chunk];
   for (std::size_t s = 0; s < n; s += chunk) {
     const auto m = static_cast<Eigen::Index>(std::min(chunk, n - s));
-    CVec<S> x(inp + s, m);
+    Vec<S> x(inp + s, m);
     Vec<S> t(th, m);
     t = (k * (x + c * x.cube())).tanh();
-    Vec<S>(dinp + s, m) = CVec<S>(dout + s, m) *
-                          (S(0.5) * (S(1) + t) +
-                           S(0.5) * x * (S(1) - t.square()) * k * (S(1) + S(3) * c * x.square()));
+    Vec<S>(out + s, m) = S(0.5) * x * (S(1) + t);
+    // Element-wise, each x read before its own place is written.
+    if (deriv) x = S(0.5) * (S(1) + t) + S(0.5) * x * (S(1) - t.square()) * k * (S(1) + S(3) * c * x.square());
   }
+}
+
+template <class S>
+void gelu_backward(S* dinp, const S* deriv, const S* dout, std::size_t n) {
+  // dinp may alias dout (element-wise)
+  const auto m = static_cast<Eigen::Index>(n);
+  Vec<S>(dinp, m) = CVec<S>(dout, m) * CVec<S>(deriv, m);
 }
 
 void require_batch(const Batch& batch, int seq_len, int vocab) {
@@ -335,7 +327,7 @@ void Gpt<S>::prepare(const Batch& batch) {
 }
 
 template <class S>
-S Gpt<S>::run_forward(const S* p, bool keep_probs) {
+S Gpt<S>::run_forward(const S* p, bool training) {
   const int B = B_, T = T_, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab;
   const int L = cfg_.n_layer;
   const int N = B * T;
@@ -364,13 +356,13 @@ S Gpt<S>::run_forward(const S* p, bool keep_probs) {
     nn::matmul_forward(res2, atty, p + o.projw, p + o.projb, N, C, C, res_in);
     layernorm_forward(ln2, ln2_mean, ln2_rstd, res2, p + o.ln2w, p + o.ln2b, N, C);
     nn::matmul_forward(fch, ln2, p + o.fcw, p + o.fcb, N, C, 4 * C);
-    gelu_forward(fch_gelu, fch, 4 * NC);
+    gelu_forward(fch_gelu, fch, 4 * NC, training);  // training: fch becomes GELU'(fch)
     nn::matmul_forward(res3, fch_gelu, p + o.fcprojw, p + o.fcprojb, N, 4 * C, C, res2);
   }
   const S* res_last = a_.res3 + (L - 1) * NC;
   layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, res_last, p + lnfw_, p + lnfb_, N, C);
   nn::matmul_forward<S>(a_.logits, a_.lnf, p + wte_, nullptr, N, C, V);  // (B,T,V), tied head
-  const double sum = nn::crossentropy_forward(a_.logits, targets_.data(), N, V, keep_probs);
+  const double sum = nn::crossentropy_forward(a_.logits, targets_.data(), N, V, training);
   return static_cast<S>(sum / N);
 }
 
@@ -421,7 +413,7 @@ void Gpt<S>::backward(std::span<const S> params, std::span<S> grads) {
     // res3 = res2 + proj(gelu(fc(ln2(res2)))): dres carries d res3 and becomes d res2
     nn::matmul_backward(a_.dfch, g + o.fcprojw, g + o.fcprojb, a_.dres, fch_gelu, p + o.fcprojw,
                         N, 4 * C, C);
-    gelu_backward(a_.dfch, fch, a_.dfch, 4 * NC);
+    gelu_backward(a_.dfch, fch, a_.dfch, 4 * NC);  // fch holds GELU' (run_forward)
     nn::matmul_backward(a_.dln, g + o.fcw, g + o.fcb, a_.dfch, ln2, p + o.fcw, N, C, 4 * C);
     layernorm_backward(a_.dres, g + o.ln2w, g + o.ln2b, a_.dln, res2, p + o.ln2w,
                        a_.ln2_mean + l * N, a_.ln2_rstd + l * N, N, C);

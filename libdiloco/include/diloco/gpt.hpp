@@ -55,7 +55,7 @@ private:
     std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
   };
   void prepare(const Batch& batch);
-  S run_forward(const S* p, bool keep_probs);
+  S run_forward(const S* p, bool training);
 
   ModelConfig cfg_;
   ParamLayout layout_;
@@ -75,7 +75,7 @@ private:
     S* atty;                         // (L,B,T,C)
     S* res2;                         // (L,B,T,C) residual after attention
     S *ln2, *ln2_mean, *ln2_rstd;    // (L,B,T,C) (L,B,T) (L,B,T)
-    S* fch;                          // (L,B,T,4C) pre-GELU
+    S* fch;                          // (L,B,T,4C) pre-GELU; GELU' of it after a training forward
     S* fch_gelu;                     // (L,B,T,4C)
     S* res3;                         // (L,B,T,C) residual after MLP
     S *lnf, *lnf_mean, *lnf_rstd;    // (B,T,C) (B,T) (B,T)
