@@ -30,8 +30,9 @@ struct Fragment {
   island @1 :Int32;          # sender island; -1 for the syncer
   index @2 :UInt32;          # fragment number in the run's FragmentPlan
   baseRound @3 :UInt64;      # global round the delta is based on / round of these params
-  tokens @4 :UInt64;         # tokens trained on since baseRound
-  steps @5 :UInt64;          # inner steps since baseRound
+  tokens @4 :UInt64;         # tokens trained on since baseRound; globalParams in a JoinReply: those of
+                             # the send the syncer withdrew (keepsLocal; 0: none)
+  steps @5 :UInt64;          # inner steps since baseRound (JoinReply: as tokens)
   encoding @6 :Encoding;
   blockSize @7 :UInt32;      # values per scale (int8, int4, e3m0); 0 for fp32/bf16
   count @8 :UInt64;          # number of values in the fragment
@@ -71,8 +72,9 @@ struct JoinRequest {
   incarnation @1 :UInt64;    # bumps on every restart of the island
   keepsLocal @2 :Bool;       # keeps its parameters through the heal (a re-join, or restored from
                              # a saved state): its progress is sent again from the new base, so
-                             # the syncer drops its pending outer gradients and refuses its older
-                             # epochs' sends still on their way
+                             # the syncer drops its pending outer gradients (their tokens and steps
+                             # come back in the reply's fragments) and refuses its older epochs'
+                             # sends still on their way
 }
 
 # The syncer's answer: every global fragment with its round (kind = globalParams).

@@ -177,6 +177,34 @@ BOOST_AUTO_TEST_CASE(rebase_keeps_unsent_progress_whole_and_mixes_while_a_send_i
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_send_withdrawn_at_a_rejoin_gives_its_counters_back_to_the_next_one) {
+  Tiny t(64);
+  std::mt19937_64 g(3);
+  const auto init = gaussian_vec(64, g, 0.1f);
+  const auto grad = gaussian_vec(64, g, 1.0f);
+  const ChipGradient chip{grad, 8, 1.0};
+  SyncerCore s(t.plan, init, sgd_settings(2, 2));  // K = 2: island 0's send waits
+  IslandCore a(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, init);
+  a.heal(s.join_reply(0), false);
+  auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
+  step();
+  step();
+  BOOST_REQUIRE(s.receive(a.outer_gradient_frame(0).value(), 0.0));  // 16 tokens in 2 steps, pending
+  step();
+  BOOST_TEST(a.tokens_since(0) == 8u);
+  // Re-joining keeping θ: the syncer withdraws the pending send, whose progress θ still holds
+  // and the next send carries again, so it weighs all three steps.
+  a.heal(s.join_reply(0, true), true);
+  BOOST_TEST(s.pending(0) == 0);
+  BOOST_TEST(a.tokens_since(0) == 24u);
+  BOOST_TEST(a.steps_since(0) == 3u);
+  // A reply claiming more steps than the island took gives nothing back.
+  auto absurd = s.join_reply(0, true);
+  absurd.fragments[0].header.steps = 1000, absurd.fragments[0].header.tokens = 8000;
+  a.heal(absurd, true);
+  BOOST_TEST(a.steps_since(0) == 3u);
+}
+
 BOOST_AUTO_TEST_CASE(chip_gradients_are_weighted_by_tokens_and_readers_keep_their_copy) {
   Tiny t(2);
   std::vector<float> init(2, 1.0f);

@@ -292,8 +292,14 @@ BOOST_AUTO_TEST_CASE(an_island_rejoining_with_its_parameters_has_its_earlier_sen
   BOOST_REQUIRE_EQUAL(s.pending(0), 1);
   // Island 0 missed a broadcast and re-joins keeping θ: its next δ, from the new base, holds
   // that progress again. Its pending send goes, and one of its old epoch still on its way too.
-  const auto again = s.join_reply(0, /*keeps_local=*/true).fragments[0].header.seq;
+  std::vector<int> withdrawn;
+  const auto reply = s.join_reply(0, /*keeps_local=*/true, &withdrawn);
+  const auto again = reply.fragments[0].header.seq;
   BOOST_TEST(again == (std::uint64_t{2} << 32));
+  BOOST_TEST(withdrawn == std::vector<int>{0});
+  // The withdrawn send's counters go back with the reply: the island's next send carries it.
+  BOOST_TEST(reply.fragments[0].header.tokens == 100u);
+  BOOST_TEST(reply.fragments[0].header.steps == 10u);
   BOOST_TEST(s.pending(0) == 0);
   BOOST_TEST(s.stats().withdrawn == 1u);
   auto late = s.receive(delta_frame(0, 0, 1.0f, 4, 0, e0 | 2), 0.1);
@@ -310,7 +316,9 @@ BOOST_AUTO_TEST_CASE(an_island_rejoining_with_its_parameters_has_its_earlier_sen
   BOOST_TEST(s.params()[0] == -2.0f);  // (3 + 1) / 2: island 0's progress once
   // A fresh island dropped its parameters: what it sent before its join stays valid.
   BOOST_REQUIRE(s.receive(delta_frame(1, 1, 1.0f, 4, 0, e1 | 2), 0.4));
-  const auto fresh = s.join_reply(1).fragments[0].header.seq;
+  const auto fresh_reply = s.join_reply(1);
+  const auto fresh = fresh_reply.fragments[0].header.seq;
+  BOOST_TEST(fresh_reply.fragments[0].header.tokens == 0u);
   BOOST_TEST(s.pending(0) == 1);
   BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f, 4, 0, again | 2), 0.5));
   BOOST_REQUIRE_EQUAL(s.poll(0.5).size(), 1u);

@@ -284,6 +284,15 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     global_[i] = values;
     base_round_[i] = f.header.base_round;
     if (!keep_local) tokens_[i] = steps_[i] = 0;
+    // Keeping θ: the counters of a send the syncer withdrew come back, for the next send carries
+    // that progress again (at most the steps this island took, at most 2^24 tokens each: a reply
+    // cannot inflate its weight without bound).
+    constexpr std::uint64_t max_tokens_per_step = std::uint64_t{1} << 24;
+    if (keep_local && f.header.steps <= static_cast<std::uint64_t>(std::max(step_, 0L)) &&
+        f.header.tokens <= f.header.steps * max_tokens_per_step) {
+      tokens_[i] += f.header.tokens;
+      steps_[i] += f.header.steps;
+    }
     sent_at_[i] = -1;
     awaiting_[i] = false;
     // The reply starts a new epoch, and frames report only its sends (a restarted syncer may

@@ -446,6 +446,7 @@ std::uint64_t SyncerCore::held_round(int p, int island) const {
 
 JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>* withdrawn) {
   JoinReply r;
+  std::vector<FragmentCounters> gone;
   // A new epoch for the island's sends: those of its earlier lives (or of before this re-join)
   // never count as merged sends of this one, whatever their numbers.
   std::uint32_t epoch = 0;
@@ -453,10 +454,7 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
     const auto i = static_cast<std::size_t>(island);
     epoch = ++epochs_[i];
     kept_local_[i] = keeps_local;
-    if (keeps_local) {
-      auto gone = withdraw(island);
-      if (withdrawn) *withdrawn = std::move(gone);
-    }
+    if (keeps_local) gone = withdraw(island);
   }
   for (int p = 0; p < plan_->count(); ++p) {
     FragmentMessage m;
@@ -476,6 +474,11 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
     }
     r.fragments.push_back(std::move(m));
   }
+  for (const auto& g : gone) {  // the withdrawn sends' counters go back to the island
+    auto& h = r.fragments[g.index].header;
+    h.tokens = g.tokens, h.steps = g.steps;
+    if (withdrawn) withdrawn->push_back(static_cast<int>(g.index));
+  }
   return r;
 }
 
@@ -487,14 +490,15 @@ void SyncerCore::settle(int p, const FragmentHeader& h) {
   if (h.seq >> 32 == epochs_[from]) seq = std::max(seq, h.seq);
 }
 
-std::vector<int> SyncerCore::withdraw(int island) {
-  std::vector<int> gone;
+std::vector<FragmentCounters> SyncerCore::withdraw(int island) {
+  std::vector<FragmentCounters> gone;
   for (int p = 0; p < plan_->count(); ++p) {
     auto& list = pending_[static_cast<std::size_t>(p)];
     const auto n = list.size();
+    for (const auto& x : list)
+      if (x.header.island == island) gone.push_back({x.header.index, x.header.base_round, x.header.tokens, x.header.steps});
     std::erase_if(list, [&](const Pending& x) { return x.header.island == island; });
     if (list.size() == n) continue;
-    gone.push_back(p);
     stats_.withdrawn += n - list.size();
     dropped_in_merge_ += n - list.size();
     auto& st = state_[static_cast<std::size_t>(p)];

@@ -151,7 +151,9 @@ public:
   /// gradients are dropped, and until its next join only sends of the new epoch are taken
   /// (older ones still on their way are refused as stale_round), else that progress would be
   /// merged twice. A fresh island dropped its parameters: what it sent before stays valid.
-  /// `withdrawn`, when given, receives the fragments whose pending send was dropped.
+  /// A withdrawn send's tokens and steps go back in the reply's fragment (FragmentHeader::tokens,
+  /// steps), for the island's next send to weigh what it carries; `withdrawn`, when given,
+  /// receives the fragments whose pending send was dropped.
   JoinReply join_reply(int island, bool keeps_local = false, std::vector<int>* withdrawn = nullptr);
   /// The copies of Θ̂_p the syncer keeps for its islands (lossy frames; 0 with fp32): 1 while
   /// every island was sent the same frames since the same start.
@@ -183,7 +185,7 @@ private:
     std::uint64_t digest = 0;  // of the frame (frame_digest): the invariants match merges against refusals
   };
   Commit commit(int p, double now);
-  std::vector<int> withdraw(int island);  // drops the island's pending outer gradients (join_reply): their fragments
+  std::vector<FragmentCounters> withdraw(int island);  // drops the island's pending outer gradients (join_reply)
   /// The round state and quorum fragment p is decided by: as stored, or shrunk for islands
   /// that finished (finish()).
   RoundState effective(int p, QuorumConfig& q) const;

@@ -35,8 +35,9 @@ struct FragmentHeader {
   int island = 0;                // sender (syncer_id for global_params and global_delta)
   std::uint32_t index = 0;       // fragment number in the FragmentPlan
   std::uint64_t base_round = 0;  // round the delta is based on / round of these params
-  std::uint64_t tokens = 0;      // tokens trained since base_round (merge weight)
-  std::uint64_t steps = 0;       // inner steps since base_round
+  std::uint64_t tokens = 0;      // tokens trained since base_round (merge weight); global_params
+                                 // in a JoinReply: those of the island's send it withdrew (0: none)
+  std::uint64_t steps = 0;       // inner steps since base_round (JoinReply: as tokens)
   std::uint64_t from_round = 0;  // global_delta: the round the change applies to (0 for other kinds)
   /// outer_gradient: the sender's number for this send of fragment `index`, increasing over its
   /// sends (0: unnumbered): the epoch its last join reply gave in the high 32 bits, a count of
