@@ -117,17 +117,18 @@ void start_member(caf::stateful_actor<State>* self, const std::shared_ptr<Runtim
 }
 
 /// The JoinReply of a welcome frame; anything else is refused (counted in the unit's record and
-/// reported) and gives nothing. A reply ends the join request in flight.
+/// reported) and gives nothing. A reply, or a refused one, ends the join request in flight: the
+/// unit goes on sending rather than wait for a welcome that may never come (a later down message
+/// or missed round asks again).
 template <class State>
 std::optional<JoinReply> admit_welcome(caf::stateful_actor<State>* self, const WireFrame& w) {
   auto& st = self->state;
   const int i = st.island;
   auto& refused = st.rt->islands[static_cast<std::size_t>(i)].refused;
   const std::string where = "island " + std::to_string(i) + ": welcome";
+  st.member.join_inflight = false;
   if (detail::stale_term(self, *st.rt, refused, where, w)) return std::nullopt;  // a deposed leader's
-  auto reply = detail::expect_message<JoinReply>(self, *st.rt, refused, where, w);
-  if (reply) st.member.join_inflight = false;
-  return reply;
+  return detail::expect_message<JoinReply>(self, *st.rt, refused, where, w);
 }
 
 /// The unit joined in its incarnation: its record says so, and the first join of an incarnation

@@ -198,11 +198,16 @@ BOOST_AUTO_TEST_CASE(a_send_withdrawn_at_a_rejoin_gives_its_counters_back_to_the
   BOOST_TEST(s.pending(0) == 0);
   BOOST_TEST(a.tokens_since(0) == 24u);
   BOOST_TEST(a.steps_since(0) == 3u);
-  // A reply claiming more steps than the island took gives nothing back.
+  // With no send since that heal, a reply's counters are none of this island's sends.
   auto absurd = s.join_reply(0, true);
-  absurd.fragments[0].header.steps = 1000, absurd.fragments[0].header.tokens = 8000;
+  absurd.fragments[0].header.steps = 1, absurd.fragments[0].header.tokens = 8;
   a.heal(absurd, true);
   BOOST_TEST(a.steps_since(0) == 3u);
+  // After a send, a reply claiming more steps than the island took gives nothing back.
+  (void)a.outer_gradient_frame(0).value();
+  absurd.fragments[0].header.steps = 4, absurd.fragments[0].header.tokens = 32;
+  a.heal(absurd, true);
+  BOOST_TEST(a.steps_since(0) == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(chip_gradients_are_weighted_by_tokens_and_readers_keep_their_copy) {

@@ -320,6 +320,9 @@ BOOST_AUTO_TEST_CASE(an_island_rejoining_with_its_parameters_has_its_earlier_sen
   const auto fresh = fresh_reply.fragments[0].header.seq;
   BOOST_TEST(fresh_reply.fragments[0].header.tokens == 0u);
   BOOST_TEST(s.pending(0) == 1);
+  // ... also when the new life re-joins keeping its parameters: that send is its earlier life's.
+  BOOST_TEST(s.join_reply(1, true).fragments[0].header.tokens == 0u);
+  BOOST_TEST(s.pending(0) == 1);
   BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f, 4, 0, again | 2), 0.5));
   BOOST_REQUIRE_EQUAL(s.poll(0.5).size(), 1u);
   BOOST_TEST(s.params()[0] == -3.0f);

@@ -1,7 +1,7 @@
 // The built-in models' matrix products: OpenBLAS (Debian's libopenblas-dev), one BLAS thread.
 // On a 2-core AMD EPYC (AVX2) OpenBLAS's single-thread SGEMM ran 1.4-1.5x Eigen's at the GPT's
-// shapes (benchmarks/README.md, step_throughput), so Eigen keeps only the small per-head
-// attention products and the element-wise passes.
+// shapes (benchmarks/README.md, step_throughput), so every product of the models runs here (the
+// per-head attention's too); Eigen keeps the element-wise passes.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positives, Eigen AVX-512
 #endif

@@ -108,6 +108,7 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   merged_seq_ = merged_base_;
   epochs_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0);
   kept_local_.assign(epochs_.size(), false);
+  fresh_epoch_.assign(epochs_.size(), 0);
   state_.resize(P);
   for (auto& s : state_) s.live_islands = settings_.islands;
   finished_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), false);
@@ -139,7 +140,7 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
   stats_.bytes_in += frame.size();
   const auto& h = got->header;
   const auto from = static_cast<std::size_t>(h.island);
-  if (kept_local_[from] && h.seq >> 32 != epochs_[from]) {
+  if (kept_local_[from] && h.seq >> 32 != epochs_[from] && h.seq >> 32 >= fresh_epoch_[from]) {
     ++stats_.withdrawn;
     ++dropped_in_merge_;
     return Error{errc::stale_round, "island " + std::to_string(h.island) + " re-joined keeping its parameters (epoch " +
@@ -454,6 +455,7 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
     const auto i = static_cast<std::size_t>(island);
     epoch = ++epochs_[i];
     kept_local_[i] = keeps_local;
+    if (!keeps_local) fresh_epoch_[i] = epoch;
     if (keeps_local) gone = withdraw(island);
   }
   for (int p = 0; p < plan_->count(); ++p) {
@@ -495,9 +497,13 @@ std::vector<FragmentCounters> SyncerCore::withdraw(int island) {
   for (int p = 0; p < plan_->count(); ++p) {
     auto& list = pending_[static_cast<std::size_t>(p)];
     const auto n = list.size();
+    // Only sends of this life: one from before its last fresh join is progress its θ dropped.
+    const auto mine = [&](const Pending& x) {
+      return x.header.island == island && x.header.seq >> 32 >= fresh_epoch_[static_cast<std::size_t>(island)];
+    };
     for (const auto& x : list)
-      if (x.header.island == island) gone.push_back({x.header.index, x.header.base_round, x.header.tokens, x.header.steps});
-    std::erase_if(list, [&](const Pending& x) { return x.header.island == island; });
+      if (mine(x)) gone.push_back({x.header.index, x.header.base_round, x.header.tokens, x.header.steps});
+    std::erase_if(list, mine);
     if (list.size() == n) continue;
     stats_.withdrawn += n - list.size();
     dropped_in_merge_ += n - list.size();

@@ -224,6 +224,8 @@ private:
   void settle(int p, const FragmentHeader& h);  // h's send is merged or dropped: merged_seq_ of its epoch
   std::vector<std::uint32_t> epochs_;  // [island]: the epoch its last join_reply gave (the high half of its seqs)
   std::vector<bool> kept_local_;       // [island]: its last join kept its parameters: only its epoch's sends count
+  std::vector<std::uint32_t> fresh_epoch_;  // [island]: the epoch of its last fresh join: sends from before are
+                                            // an earlier life's (its θ dropped them), valid whatever follows
   std::vector<RoundState> state_;
   std::vector<bool> finished_;   // [island]: finished training (finish())
   int finished_count_ = 0;
