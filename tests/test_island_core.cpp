@@ -48,6 +48,15 @@ Frame global_delta_frame(int sender, std::uint64_t from, std::uint64_t to, std::
   return encode_fragment(h, CodecParams{Encoding::int4, 64}, std::vector<float>(n, 0.01f)).value();
 }
 
+// 64 values with their initial parameters, and one chip's fixed gradient of 8 tokens per step.
+struct OneChip {
+  Tiny t{64};
+  std::mt19937_64 g;
+  const std::vector<float> init, grad;
+  const ChipGradient chip;
+  explicit OneChip(std::uint64_t seed) : g(seed), init(gaussian_vec(64, g, 0.1f)), grad(gaussian_vec(64, g, 1.0f)), chip{grad, 8, 1.0} {}
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(settle_applies_queued_adoptions_at_once) {
@@ -77,11 +86,8 @@ BOOST_AUTO_TEST_CASE(settle_applies_queued_adoptions_at_once) {
 // once a frame says the send is merged (merged_seq), the next commit is a rebase again. "mix"
 // mixes every time. Island 1 is the other island; the syncer merges each arrival on its own.
 BOOST_AUTO_TEST_CASE(rebase_keeps_unsent_progress_whole_and_mixes_while_a_send_is_outstanding) {
-  Tiny t(64);
-  std::mt19937_64 g(5);
-  const auto init = gaussian_vec(64, g, 0.1f);
-  const auto grad = gaussian_vec(64, g, 1.0f);
-  const ChipGradient chip{grad, 8, 1.0};
+  OneChip f(5);
+  auto& [t, g, init, grad, chip] = f;
   for (auto rule : {AdoptRule::mix, AdoptRule::rebase}) {
     BOOST_TEST_CONTEXT(name_of(rule)) {
       SyncerCore s(t.plan, init, sgd_settings(2, 1));
@@ -178,11 +184,8 @@ BOOST_AUTO_TEST_CASE(rebase_keeps_unsent_progress_whole_and_mixes_while_a_send_i
 }
 
 BOOST_AUTO_TEST_CASE(a_send_withdrawn_at_a_rejoin_gives_its_counters_back_to_the_next_one) {
-  Tiny t(64);
-  std::mt19937_64 g(3);
-  const auto init = gaussian_vec(64, g, 0.1f);
-  const auto grad = gaussian_vec(64, g, 1.0f);
-  const ChipGradient chip{grad, 8, 1.0};
+  OneChip f(3);
+  auto& [t, g, init, grad, chip] = f;
   SyncerCore s(t.plan, init, sgd_settings(2, 2));  // K = 2: island 0's send waits
   IslandCore a(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, init);
   a.heal(s.join_reply(0), false);

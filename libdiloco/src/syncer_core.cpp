@@ -107,7 +107,6 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   merged_base_.assign(P, std::vector<std::uint64_t>(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0));
   merged_seq_ = merged_base_;
   epochs_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0);
-  kept_local_.assign(epochs_.size(), false);
   fresh_epoch_.assign(epochs_.size(), 0);
   state_.resize(P);
   for (auto& s : state_) s.live_islands = settings_.islands;
@@ -140,7 +139,8 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
   stats_.bytes_in += frame.size();
   const auto& h = got->header;
   const auto from = static_cast<std::size_t>(h.island);
-  if (kept_local_[from] && h.seq >> 32 != epochs_[from] && h.seq >> 32 >= fresh_epoch_[from]) {
+  const bool kept_local = fresh_epoch_[from] != epochs_[from];  // its last join kept its parameters
+  if (kept_local && h.seq >> 32 != epochs_[from] && this_life(h)) {
     ++stats_.withdrawn;
     ++dropped_in_merge_;
     return Error{errc::stale_round, "island " + std::to_string(h.island) + " re-joined keeping its parameters (epoch " +
@@ -454,9 +454,8 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
   if (island >= 0 && island < settings_.islands) {
     const auto i = static_cast<std::size_t>(island);
     epoch = ++epochs_[i];
-    kept_local_[i] = keeps_local;
-    if (!keeps_local) fresh_epoch_[i] = epoch;
     if (keeps_local) gone = withdraw(island);
+    else fresh_epoch_[i] = epoch;
   }
   for (int p = 0; p < plan_->count(); ++p) {
     FragmentMessage m;
@@ -484,6 +483,10 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
   return r;
 }
 
+bool SyncerCore::this_life(const FragmentHeader& h) const {
+  return h.seq >> 32 >= fresh_epoch_[static_cast<std::size_t>(h.island)];
+}
+
 void SyncerCore::settle(int p, const FragmentHeader& h) {
   // Only sends of the island's current epoch (join_reply) say what its current life sent.
   const auto from = static_cast<std::size_t>(h.island);
@@ -498,9 +501,7 @@ std::vector<FragmentCounters> SyncerCore::withdraw(int island) {
     auto& list = pending_[static_cast<std::size_t>(p)];
     const auto n = list.size();
     // Only sends of this life: one from before its last fresh join is progress its θ dropped.
-    const auto mine = [&](const Pending& x) {
-      return x.header.island == island && x.header.seq >> 32 >= fresh_epoch_[static_cast<std::size_t>(island)];
-    };
+    const auto mine = [&](const Pending& x) { return x.header.island == island && this_life(x.header); };
     for (const auto& x : list)
       if (mine(x)) gone.push_back({x.header.index, x.header.base_round, x.header.tokens, x.header.steps});
     std::erase_if(list, mine);

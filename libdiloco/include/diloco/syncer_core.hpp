@@ -223,9 +223,11 @@ private:
   std::vector<std::vector<std::uint64_t>> merged_seq_;   // [p][island]: the highest seq merged or dropped (frames carry it)
   void settle(int p, const FragmentHeader& h);  // h's send is merged or dropped: merged_seq_ of its epoch
   std::vector<std::uint32_t> epochs_;  // [island]: the epoch its last join_reply gave (the high half of its seqs)
-  std::vector<bool> kept_local_;       // [island]: its last join kept its parameters: only its epoch's sends count
   std::vector<std::uint32_t> fresh_epoch_;  // [island]: the epoch of its last fresh join: sends from before are
-                                            // an earlier life's (its θ dropped them), valid whatever follows
+                                            // an earlier life's (its θ dropped them), valid whatever follows;
+                                            // below epochs_: its last join kept its parameters
+  // h's send is of its island's life since its last fresh join (withdrawn when it re-joins keeping θ)
+  bool this_life(const FragmentHeader& h) const;
   std::vector<RoundState> state_;
   std::vector<bool> finished_;   // [island]: finished training (finish())
   int finished_count_ = 0;
