@@ -15,6 +15,7 @@
 
 #include "diloco/config.hpp"
 #include "diloco/data.hpp"
+#include "diloco/rng.hpp"
 #include "diloco/loops.hpp"
 
 using namespace diloco;
@@ -251,12 +252,27 @@ std::vector<std::uint16_t> counting(std::size_t n, std::uint16_t base) {
   return t;
 }
 
-DataConfig token_config(const TempDir& dir) {
+/// Token shards in `dir`; `iid` false: each island reads its own slice in order.
+DataConfig token_config(const TempDir& dir, bool iid = true) {
   DataConfig cfg;
   cfg.corpus = "tokens";
   cfg.path = dir / "train_*.bin";
   cfg.eval_path = dir / "val_*.bin";
+  cfg.iid = iid;
   return cfg;
+}
+
+/// Where each of `count` windows of T+1 tokens an island draws starts, read off a counting stream
+/// (token i is i): one batch of one window at a time.
+std::vector<std::uint32_t> window_starts(BatchSource& s, int T, int count) {
+  std::vector<std::uint32_t> starts;
+  Batch b;
+  for (int k = 0; k < count; ++k) {
+    s.next(1, T, b);
+    for (std::size_t t = 1; t < b.tokens.size(); ++t) BOOST_REQUIRE(b.tokens[t] == b.tokens[0] + t);  // one piece of the stream
+    starts.push_back(b.tokens[0]);
+  }
+  return starts;
 }
 
 std::string message_of_make(const DataConfig& cfg, int vocab) {
@@ -278,7 +294,7 @@ BOOST_AUTO_TEST_CASE(token_shards_matched_by_a_glob_are_one_stream_in_sorted_ord
   write_shard(dir / "train_001.bin", counting(300, 1300));
   write_shard(dir / "train_000.bin", counting(300, 1000));
   write_shard(dir / "val_000.bin", counting(100, 5000));
-  const auto c = Corpus::make(token_config(dir), 8192);
+  const auto c = Corpus::make(token_config(dir, false), 8192);
   const auto val = counting(100, 5000);
   BOOST_TEST(c.eval_tokens() == std::vector<std::uint32_t>(val.begin(), val.end()), boost::test_tools::per_element());
   BOOST_TEST(!c.entropy_floor().has_value());
@@ -302,11 +318,11 @@ BOOST_AUTO_TEST_CASE(token_shards_matched_by_a_glob_are_one_stream_in_sorted_ord
     for (auto t : w.tokens) BOOST_TEST((t >= 5000u && t < 5100u));
 }
 
-BOOST_AUTO_TEST_CASE(islands_read_disjoint_slices_of_the_token_shards) {
+BOOST_AUTO_TEST_CASE(non_iid_islands_read_disjoint_slices_of_the_token_shards) {
   TempDir dir;
   write_shard(dir / "train_0.bin", counting(3000, 0));
   write_shard(dir / "val_0.bin", counting(64, 0));
-  const auto c = Corpus::make(token_config(dir), 3000);
+  const auto c = Corpus::make(token_config(dir, false), 3000);
   for (int i = 0; i < 3; ++i) {
     auto s = c.shard(i, 3);
     Batch b;
@@ -322,19 +338,89 @@ BOOST_AUTO_TEST_CASE(islands_read_disjoint_slices_of_the_token_shards) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(iid_islands_are_dealt_disjoint_windows_of_the_whole_stream_in_a_new_order_each_pass) {
+  // Documents in order, as data scripts write them: reading slices, island 0 of 3 would see
+  // only the first third of the corpus. Dealt, every island's windows spread over all of it.
+  TempDir dir;
+  write_shard(dir / "train_0.bin", counting(3001, 0));  // 3000 / 10 = 300 windows of 11 tokens
+  write_shard(dir / "val_0.bin", counting(64, 0));
+  const auto c = Corpus::make(token_config(dir), 3001);
+  constexpr int T = 10, M = 3, W = 300;
+  std::vector<std::vector<std::uint32_t>> first(M), second(M);
+  std::vector<int> seen(W, 0);
+  for (int i = 0; i < M; ++i) {
+    auto s = c.shard(i, M);
+    first[i] = window_starts(*s, T, W / M);  // one pass: 100 windows each
+    second[i] = window_starts(*s, T, W / M);
+    for (auto start : first[i]) {
+      BOOST_TEST_REQUIRE(start % T == 0u);
+      ++seen.at(start / T);
+    }
+    // Spread over the stream, not a slice: a window in each third of it.
+    for (int third = 0; third < 3; ++third)
+      BOOST_TEST(std::any_of(first[i].begin(), first[i].end(), [&](auto x) { return x / 1000 == static_cast<std::uint32_t>(third); }),
+                 "island " << i << " third " << third);
+    // Not in stream order, and the next pass deals the same island other windows.
+    BOOST_TEST(!std::is_sorted(first[i].begin(), first[i].end()));
+    BOOST_TEST(first[i] != second[i]);
+    // The same seed deals the same windows: a shard made again reads the same.
+    BOOST_TEST(window_starts(*c.shard(i, M), T, W / M) == first[i], boost::test_tools::per_element());
+  }
+  // Within a pass the islands' windows are disjoint and together every window of the stream.
+  BOOST_TEST(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  std::vector<int> again(W, 0);
+  for (const auto& pass : second)
+    for (auto start : pass) ++again.at(start / T);
+  BOOST_TEST(std::all_of(again.begin(), again.end(), [](int n) { return n == 1; }));
+  // Another data.seed, another order.
+  auto other = token_config(dir);
+  other.seed = 2;
+  BOOST_TEST(window_starts(*Corpus::make(other, 3001).shard(0, M), T, W / M) != first[0]);
+  // Fewer windows than islands: the error names the key and the counts.
+  Batch none;
+  BOOST_CHECK_EXCEPTION(c.shard(350, 400)->next(1, T, none), std::invalid_argument,
+                        [](const std::invalid_argument& e) {
+                          BOOST_TEST_MESSAGE(e.what());
+                          return mentions(e.what(), "data.path: the token shards hold 3001 tokens, 300 windows of model.seq_len + 1 = 11 tokens, fewer than the 400 islands");
+                        });
+}
+
+BOOST_AUTO_TEST_CASE(a_permutation_maps_every_index_to_its_own_image) {
+  for (std::uint64_t n : {1u, 2u, 3u, 5u, 16u, 17u, 1000u, 4097u}) {
+    const Permutation p(n, 42), q(n, 42), r(n, 43);
+    std::vector<bool> hit(n, false);
+    std::uint64_t moved = 0, same = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const auto y = p(i);
+      BOOST_TEST_REQUIRE(y < n);
+      BOOST_TEST_REQUIRE(!hit[y], "n " << n << ": " << y << " twice");
+      hit[y] = true;
+      BOOST_TEST(q(i) == y);  // the same seed, the same permutation
+      moved += y != i;
+      same += r(i) == y;
+    }
+    if (n >= 1000) {  // shuffled, and another seed shuffles otherwise
+      BOOST_TEST(moved > n * 9 / 10);
+      BOOST_TEST(same < n / 10);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_resumed_island_goes_on_where_its_data_was) {
   TempDir dir;
   write_shard(dir / "train_0.bin", counting(5000, 0));
   write_shard(dir / "val_0.bin", counting(64, 0));
-  const auto shards = Corpus::make(token_config(dir), 5000);
+  const auto dealt = Corpus::make(token_config(dir), 5000);
+  const auto slices = Corpus::make(token_config(dir, false), 5000);
   const auto synthetic = Corpus::make(DataConfig{});
-  for (const Corpus* c : {&shards, &synthetic}) {
-    // The run before the restart drew 37 batches; the restarted island skips as many (the
-    // island's step, which the syncer's snapshot keeps) and must read what the first would have.
+  for (const Corpus* c : {&dealt, &slices, &synthetic}) {
+    // The run before the restart drew 41 batches; the restarted island skips as many (the
+    // island's step, which the syncer's snapshot keeps) and must read what the first would have
+    // (dealt: 166 windows a pass, so the three batches compared cross into the next pass).
     auto first = c->shard(1, 2), resumed = c->shard(1, 2);
     Batch a, b;
-    for (int k = 0; k < 37; ++k) first->next(4, 15, a);
-    resumed->skip(37, 4, 15);
+    for (int k = 0; k < 41; ++k) first->next(4, 15, a);
+    resumed->skip(41, 4, 15);
     BOOST_TEST(resumed->tokens_served() == first->tokens_served());
     for (int k = 0; k < 3; ++k) {
       first->next(4, 15, a);
@@ -454,7 +540,7 @@ BOOST_AUTO_TEST_CASE(shards_written_by_the_writer_read_back_as_the_same_stream) 
   BOOST_TEST(files == (std::vector<std::string>{dir / "train_000000.bin", dir / "train_000001.bin", dir / "train_000002.bin"}),
              boost::test_tools::per_element());
   BOOST_TEST(std::filesystem::file_size(files[2]) == 1024u + 2 * 500);
-  const auto c = Corpus::make(token_config(dir), 65536);
+  const auto c = Corpus::make(token_config(dir, false), 65536);
   auto s = c.shard(0, 1);
   Batch b;
   s->next(1, 2499, b);

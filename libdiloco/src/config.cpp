@@ -96,7 +96,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"data", "branching", &c.data.branching, "synthetic: possible successors of each context"},
       {"data", "dialects", &c.data.dialects, "synthetic: number of Markov chains (topics) mixed in the corpus"},
       {"data", "doc_len", &c.data.doc_len, "synthetic: bytes per document (one dialect each)"},
-      {"data", "iid", &c.data.iid, "true: every island sees the same mixture; false: skewed shards"},
+      {"data", "iid", &c.data.iid, "true: every island sees the same mixture (token shards: windows of the whole stream dealt in a seeded random order, disjoint per pass); false: skewed shards (token shards: island i of M reads slice i in order)"},
       {"data", "skew", &c.data.skew, "non-IID: share of an island's documents from its own dialect"},
       {"data", "eval_tokens", &c.data.eval_tokens, "synthetic: size of the held-out evaluation split"},
       {"data", "eval_fraction", &c.data.eval_fraction, "file: tail share held out for evaluation"},

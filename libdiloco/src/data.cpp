@@ -29,6 +29,7 @@ constexpr int kMaxAlphabet = static_cast<int>(sizeof(kSymbols) - 1);
 constexpr std::uint64_t kEvalStream = 0xE7A1;
 constexpr std::uint64_t kEvalWindowStream = 0xE7A2;
 constexpr std::uint64_t kLanguageStream = 0x1A46;
+constexpr std::uint64_t kDealStream = 0xDEA1;  // the orders token windows are dealt to islands in
 // llm.c's token shard (dev/data/data_common.py write_datafile): 256 int32 of header, then uint16.
 constexpr std::int32_t kShardMagic = 20240520;
 constexpr std::int32_t kShardVersion = 1;
@@ -287,41 +288,88 @@ private:
   Rng rng_;
 };
 
-/// Consecutive windows of T+1 tokens from [begin, end) of a token stream, each starting T after
-/// the last (llm.c's DataLoader), from the start again after the last whole window. Window k
-/// starts at begin + (k mod W)·T, so the position is a function of the windows drawn and
-/// skip() seeks at once.
+/// Windows of T+1 tokens of a token stream, each starting at a multiple of T after the head of
+/// what is read (llm.c's DataLoader cuts them so). Two ways to share them among M islands:
+/// - a slice (data.iid = false): island i reads the windows of [i·N/M, (i+1)·N/M) one after the
+///   other, from the head again after the last whole one; each island sees only the documents
+///   of its slice (non-IID when the shards hold documents in order, as data scripts write them);
+/// - dealt (data.iid = true): the W windows of the whole stream are put in a random order drawn
+///   from data.seed, a new order for every pass over them, and island i takes the i-th, the
+///   (i+M)-th, ... of each pass (PyTorch's DistributedSampler with shuffling): within a pass the
+///   islands read disjoint windows, and every island sees the mixture of the whole corpus.
+/// Either way window k of an island is a function of k alone, so skip() seeks at once.
 class TokenWindows final : public BatchSource {
 public:
-  TokenWindows(std::shared_ptr<const TokenSeq> data, std::size_t begin, std::size_t end, int island)
-      : data_(std::move(data)), begin_(begin), end_(end), island_(island) {}
+  /// Island `island` reading its slice [begin, end) in order.
+  static std::unique_ptr<TokenWindows> slice(std::shared_ptr<const TokenSeq> data, std::size_t begin, std::size_t end,
+                                             int island) {
+    return std::unique_ptr<TokenWindows>(new TokenWindows(std::move(data), begin, end, island, 1, std::nullopt));
+  }
+  /// Island `island` of `islands` dealt windows of the whole stream, in orders drawn from `seed`
+  /// (the same for every island: that is what keeps their windows disjoint).
+  static std::unique_ptr<TokenWindows> dealt(std::shared_ptr<const TokenSeq> data, int island, int islands,
+                                             std::uint64_t seed) {
+    const std::size_t n = data->size();
+    return std::unique_ptr<TokenWindows>(new TokenWindows(std::move(data), 0, n, island, islands, seed));
+  }
+
   void next(int B, int T, Batch& out) override {
-    const std::size_t W = windows(T), w = static_cast<std::size_t>(T) + 1;
+    const std::size_t w = static_cast<std::size_t>(T) + 1;
+    const std::uint64_t mine = windows_of_island(T);
     out.B = B;
     out.T = T;
     out.tokens.resize(static_cast<std::size_t>(B) * w);
     for (int b = 0; b < B; ++b, ++k_)
-      data_->copy(begin_ + (k_ % W) * static_cast<std::size_t>(T), w, out.tokens.data() + static_cast<std::size_t>(b) * w);
+      data_->copy(begin_ + window(mine, T) * static_cast<std::size_t>(T), w, out.tokens.data() + static_cast<std::size_t>(b) * w);
     tokens_ += out.num_targets();
   }
   void skip(long batches, int B, int T) override {
-    windows(T);  // a slice too short fails here as in next()
+    windows_of_island(T);  // too little data fails here as in next()
     k_ += static_cast<std::uint64_t>(batches) * static_cast<std::uint64_t>(B);
     tokens_ += static_cast<std::uint64_t>(batches) * static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(T);
   }
 
 private:
-  std::size_t windows(int T) const {
+  TokenWindows(std::shared_ptr<const TokenSeq> data, std::size_t begin, std::size_t end, int island, int islands,
+               std::optional<std::uint64_t> seed)
+      : data_(std::move(data)), begin_(begin), end_(end), island_(island), islands_(islands), seed_(seed) {}
+
+  /// Windows of T+1 tokens starting at multiples of T in [begin, end).
+  std::uint64_t windows_in_range(int T) const {
     const auto w = static_cast<std::size_t>(T) + 1;
-    if (end_ - begin_ < w)
-      throw std::invalid_argument("data.path: island " + std::to_string(island_) + "'s slice of the token shards holds " +
-                                  std::to_string(end_ - begin_) + " tokens, fewer than one window of model.seq_len + 1 = " +
-                                  std::to_string(w));
-    return (end_ - begin_ - 1) / static_cast<std::size_t>(T);
+    return end_ - begin_ < w ? 0 : (end_ - begin_ - 1) / static_cast<std::size_t>(T);
   }
+  /// The windows this island reads in one pass; too few is an error naming the key.
+  std::uint64_t windows_of_island(int T) const {
+    // A slice is read whole by its island: one island of one, as far as the count goes.
+    const std::uint64_t W = windows_in_range(T), M = seed_ ? static_cast<std::uint64_t>(islands_) : 1;
+    const std::uint64_t i = seed_ ? static_cast<std::uint64_t>(island_) : 0;
+    if (W > i) return (W - i + M - 1) / M;
+    const std::string why = seed_ ? "the token shards hold " + std::to_string(end_ - begin_) + " tokens, " +
+                                        std::to_string(W) + " windows of model.seq_len + 1 = " + std::to_string(T + 1) +
+                                        " tokens, fewer than the " + std::to_string(islands_) + " islands"
+                                  : "island " + std::to_string(island_) + "'s slice of the token shards holds " +
+                                        std::to_string(end_ - begin_) + " tokens, fewer than one window of model.seq_len + 1 = " +
+                                        std::to_string(T + 1);
+    throw std::invalid_argument("data.path: " + why);
+  }
+  /// Index (in [0, windows_in_range)) of the island's window k_, `mine` windows per pass.
+  std::uint64_t window(std::uint64_t mine, int T) {
+    const std::uint64_t pass = k_ / mine, j = k_ % mine;
+    if (!seed_) return j;
+    if (!order_ || pass_ != pass) {
+      order_.emplace(windows_in_range(T), derive_seed(*seed_, pass));
+      pass_ = pass;
+    }
+    return (*order_)(j * static_cast<std::uint64_t>(islands_) + static_cast<std::uint64_t>(island_));
+  }
+
   std::shared_ptr<const TokenSeq> data_;
   std::size_t begin_, end_;
-  int island_;
+  int island_, islands_;
+  std::optional<std::uint64_t> seed_;  // dealt; none: a slice read in order
+  std::optional<Permutation> order_;   // the order of pass pass_
+  std::uint64_t pass_ = 0;
   std::uint64_t k_ = 0;  // windows drawn
 };
 
@@ -561,7 +609,9 @@ std::unique_ptr<BatchSource> Corpus::shard(int island, int num_islands) const {
   if (lang_) return std::make_unique<SyntheticShard>(lang_, mixture(cfg_, island, cfg_.iid), seed);
   const std::size_t n = train_->size();
   const auto i = static_cast<std::size_t>(island), m = static_cast<std::size_t>(num_islands);
-  if (cfg_.corpus == "tokens") return std::make_unique<TokenWindows>(train_, n * i / m, n * (i + 1) / m, island);
+  if (cfg_.corpus == "tokens")
+    return cfg_.iid ? TokenWindows::dealt(train_, island, num_islands, derive_seed(cfg_.seed, kDealStream))
+                    : TokenWindows::slice(train_, n * i / m, n * (i + 1) / m, island);
   if (cfg_.iid) return std::make_unique<FileShard>(train_, 0, n, seed);
   return std::make_unique<FileShard>(train_, n * i / m, n * (i + 1) / m, seed);
 }
@@ -618,7 +668,9 @@ std::string Corpus::describe() const {
       << unigram_ << " nats";
   } else if (cfg_.corpus == "tokens") {
     s << "token shards " << cfg_.path << ": " << train_->runs().size() << " files, " << train_->size()
-      << " training tokens, each island reads its own slice; evaluation " << cfg_.eval_path << ": "
+      << " training tokens, "
+      << (cfg_.iid ? "windows dealt to the islands in a seeded random order" : "each island reads its own slice")
+      << "; evaluation " << cfg_.eval_path << ": "
       << eval_->runs().size() << " files, " << eval_->size() << " tokens; unigram entropy " << unigram_ << " nats";
   } else {
     s << "file " << cfg_.path << ": " << train_->size() << " training bytes, " << eval_->size()

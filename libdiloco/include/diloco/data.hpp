@@ -35,8 +35,9 @@ struct DataConfig {
   int doc_len = 512;
   // Sharding: IID islands all see the same mixture; non-IID island i draws a share `skew`
   // of its documents from dialect i mod dialects (synthetic) or reads only its own
-  // contiguous slice of the file. Token shards: island i of M always reads its own slice i/M
-  // of the stream, window after window.
+  // contiguous slice of the file. Token shards: IID, the windows of the whole stream are dealt
+  // to the islands in a random order drawn from `seed`, a new one each pass, disjoint within a
+  // pass; non-IID, island i of M reads its own slice i/M of the stream, window after window.
   bool iid = true;
   double skew = 0.7;
   std::size_t eval_tokens = 131072;  // held-out evaluation tokens
