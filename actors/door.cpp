@@ -288,7 +288,8 @@ struct Door::Impl {
       tune(fd);
       const std::uint64_t id = next_id++;
       auto c = std::make_unique<Conn>(
-          id, BaspFilter(syncer_role() ? BaspSender::client : BaspSender::server, o.max_payload));
+          id, syncer_role() ? BaspFilter(BaspSender::client, o.max_payload, o.peer_messages)
+                            : BaspFilter(BaspSender::server, o.max_payload));
       c->address = address_of(sa);
       for (auto old : admission.admit(id, c->address, now))
         if (auto it = conns.find(old); it != conns.end())

@@ -503,6 +503,7 @@ std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at,
   for (int s = 0; s < site_count(cfg); ++s) d.peers.push_back(site_name(cfg, s));
   for (const auto& r : cfg.syncers) d.peers.push_back(r.name);  // followers of a replicated syncer
   d.any_peer = cfg.net.allow_join;
+  d.peer_messages = peer_messages();
   d.admission = {static_cast<std::size_t>(cfg.net.pending_per_address), static_cast<std::size_t>(cfg.net.pending_total),
                  cfg.net.handshake_ms / 1000.0};
   d.log = std::move(log);

@@ -23,6 +23,17 @@ TlsFiles tls_files(const std::string& dir, const std::string& name) {
   return t;
 }
 
+PeerMessages peer_messages() {
+  // What sites and follower replicas send to the syncer's process: atoms, the frames
+  // (WireFrame: Cap'n Proto bytes our decoders check), a join ask, a site's name, a
+  // replica's generation and round (gateway.cpp's handlers and the relay's), and CAF's own
+  // (sys, get, "info") to a new node's "SpawnServ". Never an error, an exit or down message,
+  // or a nested message. One message holds an actor pointer: SpawnServ's answer to this
+  // process's middleman, (ok, "info", its handle, its name); never (atom, actor pointer)
+  // alone, which CAF takes for a link request and casts to a proxy.
+  return {{"@atom", "@str", "@u64", "diloco.WireFrame", "diloco.JoinAsk"}, {"@<>+@atom+@str+@strong_actor_ptr+@str"}};
+}
+
 void configure_network(caf::actor_system_config& cfg, const NetConfig& net) {
   cfg.add_message_type<SiteSession>("diloco.SiteSession");
   cfg.add_message_type<JoinAsk>("diloco.JoinAsk");

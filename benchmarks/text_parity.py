@@ -21,6 +21,7 @@ of any figure); every arm then trains --steps inner steps per island from it.
                             [--data data/text-dev] [--steps 1000] [--pretrain 300] [--H 20]
                             [--lrs 4e-3,8e-3,1.6e-2] [--outer 1.0:0.0,0.7:0.9]
                             [--modes ddp,diloco,decoupled] [--ddp-loss X] [--set KEY=VALUE ...]
+                            [--model-set model.KEY=VALUE ...]
                             [--out DIR] [--no-run]
 
 --modes runs only some arms (e.g. diloco and decoupled at another H); the figures are then set
@@ -87,6 +88,8 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES), help="which arms to run")
     ap.add_argument("--ddp-loss", type=float, default=None, help="ddp's held-out loss when ddp is not run")
     ap.add_argument("--set", action="append", default=[], help="a config override for every arm (not the start)")
+    ap.add_argument("--model-set", action="append", default=[],
+                    help="a model setting (model.KEY=VALUE) for the shared start, every arm and the evaluations")
     ap.add_argument("--out", default=None, help="keep checkpoints, metrics and finished runs here")
     ap.add_argument("--no-run", action="store_true", help="only the runs of the grid kept in --out: run nothing")
     a = ap.parse_args()
@@ -98,7 +101,7 @@ def main():
     has_dev = "dev_tokens" in meta
     S, H = a.steps, a.H
     base_sets = [f"model.vocab={int(meta['vocab'])}", f'data.path="{data}/shards/train_*.bin"',
-                 "train.eval_windows=64", "train.round_eval_windows=8"]
+                 "train.eval_windows=64", "train.round_eval_windows=8"] + a.model_set
     test_eval = [f'data.eval_path="{data}/shards/val_*.bin"']
     dev_eval = [f'data.eval_path="{data}/shards/dev_*.bin"'] if has_dev else test_eval
     common = base_sets + dev_eval  # the runs' own evaluations never look at the reported split
@@ -118,7 +121,7 @@ def main():
 
     t0 = time.time()
     pre_path = os.path.join(out, "pretrained.safetensors")
-    pre_key = json.dumps({"pretrain": a.pretrain, "data": data})
+    pre_key = json.dumps({"pretrain": a.pretrain, "data": data, **({"model": a.model_set} if a.model_set else {})})
     if a.no_run and pre_key not in cache:
         raise SystemExit(f"--no-run: no shared start of {a.pretrain} steps in {cache_path}")
     if pre_key not in cache or not os.path.exists(pre_path):
@@ -145,7 +148,7 @@ def main():
                 sets = budget + [f'train.mode="{mode}"', f"inner.lr={lr}"] + outer_sets + a.set
                 key = json.dumps({"pretrain": pre_key, "sets": sets})
                 tag = f"{mode}_S{S}_H{H}_lr{lr:g}" + ("" if olr is None else f"_o{olr:g}m{omom:g}")
-                for extra in a.set:
+                for extra in a.model_set + a.set:
                     tag += "_" + "".join(c for c in extra if c.isalnum() or c in ".-")
                 t = time.time()
                 if key not in cache and a.no_run:
@@ -195,7 +198,7 @@ def main():
     print(f"total {time.time() - t0:.0f} s")
     print(json.dumps({"benchmark": "text_parity", "steps": S, "ddp_loss": base, "H": H, "rounds": S // H,
                       "pretrain": a.pretrain, "pretrained_loss": pre["loss"], "eval_tokens": pre["tokens"],
-                      "eval_bytes": eval_bytes, "chosen_on": chosen_on, "sets": a.set, "best": best, "runs": runs,
+                      "eval_bytes": eval_bytes, "chosen_on": chosen_on, "sets": a.set, "model": a.model_set, "best": best, "runs": runs,
                       "targets": targets}))
 
 

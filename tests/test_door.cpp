@@ -108,6 +108,99 @@ BOOST_AUTO_TEST_CASE(headers_caf_would_misread_are_refused) {
   BOOST_TEST(refused(big));
 }
 
+namespace {
+
+/// A direct message's payload as CAF 0.17.6 writes it: no forwarding stages, type number 0, the
+/// type name ("@<>+" and the element types), then `body` bytes standing for the elements.
+Bytes message_payload(const std::string& type_name, std::size_t body = 16, std::uint8_t stages = 0) {
+  Bytes p{static_cast<std::byte>(stages), std::byte{0}, std::byte{0}};
+  std::size_t n = type_name.size();
+  do {  // varbyte length
+    std::uint8_t low = n & 0x7f;
+    n >>= 7;
+    p.push_back(static_cast<std::byte>(low | (n ? 0x80 : 0)));
+  } while (n);
+  for (char c : type_name) p.push_back(static_cast<std::byte>(c));
+  p.resize(p.size() + body, std::byte{0x5a});
+  return p;
+}
+
+/// A direct message (operation 2) from actor 7 to actor 9 carrying `payload`.
+Bytes direct(const Bytes& payload, std::uint8_t flags = 0) {
+  Bytes f = frame(2, static_cast<std::uint32_t>(payload.size()), 0, 7, 9, flags);
+  std::copy(payload.begin(), payload.end(), f.end() - static_cast<std::ptrdiff_t>(payload.size()));
+  return f;
+}
+
+const PeerMessages peer_types = {{"@atom", "@str", "@u64", "diloco.WireFrame", "diloco.JoinAsk"},
+                                 {"@<>+@atom+@str+@strong_actor_ptr+@str"}};
+
+/// Whether a client stream, after its handshake, is refused for `then` (fed in one piece and
+/// byte by byte: the verdict must not depend on the chunking); the reason in `why`.
+bool peer_refused(const Bytes& then, std::string* why = nullptr) {
+  bool verdict = false;
+  for (std::size_t piece : {then.size(), std::size_t{1}}) {
+    BaspFilter f(BaspSender::client, max_payload, peer_types);
+    BOOST_REQUIRE(ok_(f.feed(frame(1, 40))));
+    Status last;
+    for (std::size_t at = 0; at < then.size() && last; at += piece)
+      last = f.feed(std::span<const std::byte>(then).subspan(at, std::min(piece, then.size() - at)));
+    if (piece == then.size()) {
+      verdict = !last;
+      if (why && !last) *why = last.error().reason;
+    } else {
+      BOOST_TEST(!last == verdict, "byte by byte the verdict differs");
+    }
+  }
+  return verdict;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_proven_peer_cannot_kill_an_actor_or_pose_as_this_process) {
+  // What our sites send passes, in any chunking, also several messages in one read.
+  BOOST_TEST(!peer_refused(direct(message_payload("@<>+@atom+diloco.WireFrame"))));
+  BOOST_TEST(!peer_refused(direct(message_payload("@<>+@atom+@str+diloco.WireFrame", 300))));
+  BOOST_TEST(!peer_refused(cat({direct(message_payload("@<>+@atom+diloco.JoinAsk")), frame(6, 0),
+                                direct(message_payload("@<>+@atom+@u64+@u64", 16))})));
+  // An exit message with reason kill ends any actor (no handler traps it); an error or a down
+  // message ends one without a handler; a link message naming a local actor is cast to a
+  // proxy; a nested message or an actor handle is nothing a site sends.
+  std::string why;
+  BOOST_TEST(peer_refused(direct(message_payload("@<>+@exit")), &why));
+  BOOST_TEST_MESSAGE(why);
+  BOOST_TEST(why.find("an element of type '@exit'") != std::string::npos);
+  for (const char* evil : {"@<>+@error", "@<>+@down", "@<>+@atom+@strong_actor_ptr", "@<>+@atom+@str+@message",
+                           "@<>+@atom+@actor", "@<>+@group_down", "@<>+@open_stream_msg", "@<>+@atom+@exit"})
+    BOOST_TEST(peer_refused(direct(message_payload(evil))), evil);
+  // The empty message, a name without CAF's head, forwarding stages, a type number, a name too
+  // long, and a payload that ends before its name is read.
+  BOOST_TEST(peer_refused(direct(message_payload("@<>"))));
+  BOOST_TEST(peer_refused(direct(message_payload("@atom+diloco.WireFrame"))));
+  BOOST_TEST(peer_refused(direct(message_payload("@<>+@atom+diloco.WireFrame", 16, 1))));
+  Bytes numbered = message_payload("@<>+@atom");
+  numbered[2] = std::byte{1};
+  BOOST_TEST(peer_refused(direct(numbered)));
+  BOOST_TEST(peer_refused(direct(message_payload("@<>+" + std::string(BaspFilter::max_type_name, 'x')))));
+  Bytes cut = message_payload("@<>+@atom+diloco.WireFrame", 0);
+  cut.resize(cut.size() - 4);
+  BOOST_TEST(peer_refused(direct(cut), &why));
+  BOOST_TEST(why.find("ends before its type name") != std::string::npos);
+  // A routed message names its own source node (it could pose as an actor of this process).
+  BOOST_TEST(peer_refused(frame(3, 60, 0, 1, 2), &why));
+  BOOST_TEST(why.find("direct messages only") != std::string::npos);
+  // CAF's own servers (named receivers) are asked as a new node connects: (sys, get, "info")
+  // to "SpawnServ" passes; a spawn request holding a nested message does not.
+  BOOST_TEST(!peer_refused(direct(message_payload("@<>+@atom+@atom+@str"), 0x01)));
+  BOOST_TEST(peer_refused(direct(message_payload("@<>+@atom+@str+@message+@strset"), 0x01)));
+  // SpawnServ's answer holds an actor pointer and passes as a whole message; the same pointer
+  // beside an atom alone is CAF's link request, and does not.
+  BOOST_TEST(!peer_refused(direct(message_payload("@<>+@atom+@str+@strong_actor_ptr+@str"))));
+  // Without peer types payloads pass unread, as a site's door reads the syncer.
+  BaspFilter site(BaspSender::client, max_payload);
+  BOOST_TEST(ok_(site.feed(cat({frame(1, 40), direct(message_payload("@<>+@exit")), frame(3, 60, 0, 1, 2)}))));
+}
+
 BOOST_AUTO_TEST_CASE(a_refused_stream_stays_refused) {
   BaspFilter f(BaspSender::client, max_payload);
   BOOST_REQUIRE(!ok_(f.feed(frame(7, 0))));

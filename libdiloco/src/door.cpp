@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
 
 namespace diloco {
 
@@ -46,7 +47,64 @@ const char* op_name(std::uint64_t op) {
 
 }  // namespace
 
-BaspFilter::BaspFilter(BaspSender sender, std::uint32_t max_payload) : sender_(sender), max_payload_(max_payload) {}
+BaspFilter::BaspFilter(BaspSender sender, std::uint32_t max_payload, PeerMessages peer)
+    : sender_(sender), max_payload_(max_payload), peer_(std::move(peer)) {}
+
+namespace {
+
+/// CAF 0.17's binary deserializer reads a sequence's length as a varbyte: 7 bits a byte, low
+/// bits first, the high bit set on every byte but the last (at most 5 bytes for 32 bits).
+/// Returns false while `b` ends before the last byte.
+bool read_varbyte(std::span<const std::byte> b, std::size_t& at, std::uint64_t& value, bool& too_long) {
+  value = 0;
+  too_long = false;
+  for (int n = 0;; ++n) {
+    if (n == 5) {
+      too_long = true;
+      return true;
+    }
+    if (at >= b.size()) return false;
+    const auto byte = std::to_integer<std::uint64_t>(b[at++]);
+    value |= (byte & 0x7f) << (7 * n);
+    if (!(byte & 0x80)) return true;
+  }
+}
+
+}  // namespace
+
+Expected<bool> BaspFilter::check_message_start() const {
+  // direct_message payload (caf/io/basp/remote_message_handler.hpp): the forwarding stages
+  // (a sequence of actor handles), then the message: uint16 type number 0 (big-endian) and the
+  // type name as a sequence of chars, then the elements.
+  auto bad = [&](const std::string& why) {
+    return Error{errc::malformed, "BASP message " + std::to_string(frames_) + " from a peer: " + why};
+  };
+  const std::span<const std::byte> b(start_);
+  std::size_t at = 0;
+  std::uint64_t stages = 0, name_len = 0;
+  bool too_long = false;
+  if (!read_varbyte(b, at, stages, too_long)) return false;
+  if (too_long || stages != 0) return bad("forwarding stages (a peer addresses one actor of ours directly)");
+  if (b.size() < at + 2) return false;
+  if (b[at] != std::byte{0} || b[at + 1] != std::byte{0}) return bad("a message whose type number is not 0");
+  at += 2;
+  if (!read_varbyte(b, at, name_len, too_long)) return false;
+  if (too_long || name_len > max_type_name)
+    return bad("a type name longer than " + std::to_string(max_type_name) + " bytes");
+  if (b.size() < at + name_len) return false;
+  const std::string name(reinterpret_cast<const char*>(b.data() + at), static_cast<std::size_t>(name_len));
+  constexpr std::string_view head = "@<>+";
+  if (name.compare(0, head.size(), head) != 0) return bad("an empty message or one without a type name");
+  if (std::find(peer_.messages.begin(), peer_.messages.end(), name) != peer_.messages.end()) return true;
+  for (std::size_t from = head.size(); from <= name.size();) {
+    const auto plus = std::min(name.find('+', from), name.size());
+    const std::string type = name.substr(from, plus - from);
+    if (std::find(peer_.types.begin(), peer_.types.end(), type) == peer_.types.end())
+      return bad("an element of type '" + type + "', which no message of a peer carries (message " + name + ")");
+    from = plus + 1;
+  }
+  return true;
+}
 
 Status BaspFilter::check(const std::array<std::byte, header_size>& h) {
   const auto op = be(h, 0, 1);
@@ -81,6 +139,9 @@ Status BaspFilter::check(const std::array<std::byte, header_size>& h) {
     case direct_message:
     case routed_message:
       if (len == 0 || dst == 0) return bad("a message needs a payload and a receiver");
+      if (peer_.checked() && op == routed_message)
+        return bad("a peer sends direct messages only (a routed one names its own source node and could pose as "
+                   "an actor of this process)");
       break;
     case monitor_message:
       if (len == 0 || data != 0) return bad("a monitor message carries a payload and no operation data");
@@ -93,6 +154,8 @@ Status BaspFilter::check(const std::array<std::byte, header_size>& h) {
       break;
   }
   payload_left_ = len;
+  reading_start_ = peer_.checked() && op == direct_message;
+  start_.clear();
   ++frames_;
   return {};
 }
@@ -101,7 +164,19 @@ Status BaspFilter::feed(std::span<const std::byte> bytes) {
   if (failed_) return *failed_;
   while (!bytes.empty()) {
     if (payload_left_ > 0) {
-      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(payload_left_, bytes.size()));
+      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(payload_left_, bytes.size()));
+      if (reading_start_) {  // one byte at a time into the start until its type name is read
+        n = std::min<std::size_t>(n, 1);
+        start_.push_back(bytes.front());
+        auto done = check_message_start();
+        if (done && !*done && payload_left_ == 1) done = Error{errc::malformed, "BASP message " + std::to_string(frames_) +
+                                                                                    " from a peer ends before its type name"};
+        if (!done) {
+          failed_ = done.error();
+          return *failed_;
+        }
+        reading_start_ = !*done;
+      }
       payload_left_ -= n;
       bytes = bytes.subspan(n);
       continue;

@@ -35,12 +35,34 @@ enum class BaspSender { client, server };
 /// 32-byte frame kills the process. CAF's own `valid(header)` lets those through. This filter
 /// accepts a header only when CAF can handle it: a known operation, the handshake that belongs
 /// to the sender's side and only as its first frame, a payload wherever CAF will read one, the
-/// zero fields CAF requires, and a payload no larger than `max_payload`. Payload bytes pass
-/// unread (CAF's deserializer bounds them). Streams may arrive in any chunking.
+/// zero fields CAF requires, and a payload no larger than `max_payload`. Streams may arrive in
+/// any chunking.
+///
+/// What a peer's direct messages may hold: every element type in `types`, or the whole type
+/// name one of `messages` (for CAF's own exchanges that hold an actor pointer).
+struct PeerMessages {
+  std::vector<std::string> types;
+  std::vector<std::string> messages;
+  bool checked() const { return !types.empty() || !messages.empty(); }
+};
+
+/// A peer that passed the door's identity check still reaches CAF's mailboxes, and CAF 0.17.6
+/// delivers whatever a message holds: an `exit_msg` with reason `kill` ends any actor for good
+/// (no exit handler can trap it), an `error` or `down_msg` ends one without a handler for it, a
+/// (link_atom, strong_actor_ptr) naming a local actor is cast to a proxy it is not, and a routed
+/// message names its own source node, so it can pose as an actor of this very process. With
+/// `peer` set, a direct message's payload is read up to its type name (CAF writes
+/// "@<>+T1+T2..." before the elements) and passes only when it carries no forwarding stages and
+/// its type name is allowed by `peer`, and routed messages are refused (a message to
+/// a named receiver, CAF's own servers, is checked like any other: a new node's middleman asks
+/// the other's "SpawnServ" for its info). Without it, payload bytes pass unread (CAF's
+/// deserializer bounds them).
 class BaspFilter {
 public:
   static constexpr std::size_t header_size = 32;
-  BaspFilter(BaspSender sender, std::uint32_t max_payload);
+  /// Longest type name of a message read ("@<>+" and the element types joined by '+').
+  static constexpr std::size_t max_type_name = 1024;
+  BaspFilter(BaspSender sender, std::uint32_t max_payload, PeerMessages peer = {});
 
   /// The next bytes of the stream. The first bad header is an error that names it; after an
   /// error the connection must be closed (every later call fails the same way).
@@ -50,9 +72,15 @@ public:
 
 private:
   Status check(const std::array<std::byte, header_size>& h);
+  /// The collected start of a direct message's payload: done (true), more bytes needed
+  /// (false), or an error naming what the message carries.
+  Expected<bool> check_message_start() const;
 
   BaspSender sender_;
   std::uint32_t max_payload_;
+  PeerMessages peer_;                 // none: payloads pass unread
+  std::vector<std::byte> start_;      // a direct message's payload up to its type name
+  bool reading_start_ = false;        // the current payload's start is still being checked
   std::array<std::byte, header_size> header_{};
   std::size_t have_ = 0;              // header bytes collected
   std::uint64_t payload_left_ = 0;    // payload bytes still to pass

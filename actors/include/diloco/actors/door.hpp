@@ -56,6 +56,10 @@ struct DoorOptions {
   std::size_t sessions_per_peer = 4;
   /// The largest BASP payload a peer may announce.
   std::uint32_t max_payload = std::uint32_t{1} << 31;
+  /// syncer role: what a peer's messages may hold (CAF's portable type names); a message with
+  /// anything else (an exit or down message, an error, an actor pointer, ...) or a routed
+  /// message closes the connection (diloco::BaspFilter). None: payloads pass unread.
+  PeerMessages peer_messages;
   /// A line for the process's timeline (refusals are summarised, not one line per flood).
   std::function<void(const std::string&)> log;
 };

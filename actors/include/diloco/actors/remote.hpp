@@ -90,6 +90,10 @@ TlsFiles tls_files(const std::string& dir, const std::string& name);
 /// loopback: TLS is the door's (door.hpp). Call after configure_runtime_system.
 void configure_network(caf::actor_system_config& cfg, const NetConfig& net);
 
+/// What every message a site or a follower replica sends to the syncer's process holds (CAF's
+/// portable type names): its front door refuses a message holding anything else.
+PeerMessages peer_messages();
+
 /// The door of a syncer process: public connections on `at` are proven (mutual TLS with
 /// `tls`, certificate CN = a site of the roster; none under --insecure), held to the
 /// handshake bounds of [net], and spliced to the gateway CAF published on loopback at
