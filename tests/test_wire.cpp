@@ -14,6 +14,7 @@
 
 #include "diloco.capnp.h"  // tests build hostile frames field by field
 #include "diloco/optim.hpp"
+#include "diloco/limits.hpp"
 #include "diloco/wire.hpp"
 
 namespace diloco {  // printable in Boost.Test messages
@@ -185,6 +186,11 @@ std::vector<BadFrame> malformed_table() {
                "based on round 11, the current round is 10"});
   t.push_back({"too_stale", crafted([](auto, auto f) { f.setBaseRound(5); }), errc::stale_round, "5 rounds behind"});
   t.push_back({"zero_steps", crafted([](auto, auto f) { f.setSteps(0); }), errc::bad_counters, "0 steps"});
+  // Counters past what a saved state holds: they would wrap a sum or make the next restore fail.
+  t.push_back({"absurd_tokens", crafted([](auto, auto f) { f.setTokens(~std::uint64_t{0}); }), errc::bad_counters,
+               "at most 4611686018427387904 each"});
+  t.push_back({"absurd_steps", crafted([](auto, auto f) { f.setSteps(std::uint64_t{1} << 63); }), errc::bad_counters,
+               "9223372036854775808 steps"});
   return t;
 }
 
@@ -398,6 +404,23 @@ BOOST_AUTO_TEST_CASE(decode_message_rejects_structural_problems_without_any_run_
   }
   // Structure is fine, state is not judged: an unknown fragment index decodes.
   BOOST_TEST(decode_message(crafted([](auto, auto f) { f.setIndex(99); })).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(progress_with_an_absurd_step_or_counter_is_refused_and_sums_saturate) {
+  // A step of 2^63 would be kept by the syncer and written to its snapshot, which no restore
+  // (nor a follower replica) could read back: the run could not resume.
+  ProgressMessage p{1, std::uint64_t{1} << 63, {}};
+  auto d = decode_message(encode_message(Message(p)));
+  BOOST_TEST_REQUIRE(!d.has_value());
+  BOOST_TEST(to_string(d.error().code) == to_string(errc::bad_counters));
+  BOOST_TEST_MESSAGE(d.error().message());
+  ProgressMessage q{1, 20, {FragmentCounters{0, 3, ~std::uint64_t{0}, 20}}};
+  BOOST_TEST(!decode_message(encode_message(Message(q))).has_value());
+  ProgressMessage fine{1, kMaxCounter, {FragmentCounters{0, 3, kMaxCounter, kMaxCounter}}};
+  BOOST_TEST(decode_message(encode_message(Message(fine))).has_value());
+  BOOST_TEST(add_counters(kMaxCounter - 1, 5) == kMaxCounter);
+  BOOST_TEST(add_counters(kMaxCounter, kMaxCounter) == kMaxCounter);
+  BOOST_TEST(add_counters(2, 3) == 5u);
 }
 
 BOOST_AUTO_TEST_CASE(progress_with_more_fragments_than_the_limit_is_refused) {

@@ -1,6 +1,7 @@
 // SyncerCore: per-fragment rounds, quorum + grace decisions, token-weighted merge and snapshots.
 #include "diloco/syncer_core.hpp"
 #include "diloco/invariants.hpp"
+#include "diloco/limits.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -162,8 +163,8 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
     // The newest outer gradient of an island supersedes its older one: its δ covers both
     // periods (same base round), so their counters add up.
     if (it->header.base_round == h.base_round) {
-      item.header.tokens += it->header.tokens;
-      item.header.steps += it->header.steps;
+      item.header.tokens = add_counters(item.header.tokens, it->header.tokens);
+      item.header.steps = add_counters(item.header.steps, it->header.steps);
     }
     *it = std::move(item);
     ++stats_.superseded;
@@ -287,7 +288,7 @@ Commit SyncerCore::commit(int p, double now) {
   ++stats_.commits;
   stats_.merged += static_cast<std::uint64_t>(ms.merged);
   dropped_in_merge_ += static_cast<std::uint64_t>(ms.dropped_stale);
-  stats_.merged_tokens += c.tokens;
+  stats_.merged_tokens = add_counters(stats_.merged_tokens, c.tokens);
   return c;
 }
 

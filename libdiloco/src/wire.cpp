@@ -14,6 +14,7 @@
 #include <kj/exception.h>
 
 #include "diloco.capnp.h"
+#include "diloco/limits.hpp"
 
 namespace diloco {
 
@@ -219,6 +220,11 @@ Expected<RawFragment> read_header(schema::Fragment::Reader f, const WireLimits& 
   r.header.steps = f.getSteps();
   r.header.from_round = f.getFromRound();
   r.header.seq = f.getSeq();
+  if (r.header.tokens > kMaxCounter || r.header.steps > kMaxCounter || r.header.base_round > kMaxCounter ||
+      r.header.from_round > kMaxCounter)
+    return Error{errc::bad_counters, "fragment " + num(r.header.index) + " counts " + num(r.header.tokens) + " tokens, " +
+                                         num(r.header.steps) + " steps, rounds " + num(r.header.from_round) + " to " +
+                                         num(r.header.base_round) + " (at most " + num(kMaxCounter) + " each)"};
   if (f.hasMergedSeq()) {
     auto ms = f.getMergedSeq();
     if (ms.size() > limits.max_islands)
@@ -296,6 +302,11 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       if (list.size() > limits.max_fragments)
         return Error{errc::wrong_length, "progress reports " + num(list.size()) + " fragments, limit " + num(limits.max_fragments)};
       for (auto c : list) m.fragments.push_back({c.getIndex(), c.getBaseRound(), c.getTokens(), c.getSteps()});
+      bool absurd = m.local_step > kMaxCounter;
+      for (const auto& c : m.fragments) absurd |= c.base_round > kMaxCounter || c.tokens > kMaxCounter || c.steps > kMaxCounter;
+      if (absurd)
+        return Error{errc::bad_counters, "progress of island " + std::to_string(m.island) + " at step " + num(m.local_step) +
+                                             " counts more than " + num(kMaxCounter) + " steps, tokens or rounds"};
       return Message(std::move(m));
     }
     case MessageType::join_request: {

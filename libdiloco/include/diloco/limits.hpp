@@ -18,6 +18,16 @@ inline constexpr double kMaxDurationS = 30.0 * 86400.0;
 /// `diloco run` and `diloco check` pass the machine's physical memory instead.
 inline constexpr std::uint64_t kDefaultMemoryLimit = std::uint64_t{1} << 40;
 
+/// The largest step, token or round count a frame or a saved state may carry: 2^62, what a
+/// checkpoint records and reads back. Frames above it are refused when decoded, so a peer's
+/// counter can neither wrap a sum nor make the syncer's state unreadable at its next restore.
+inline constexpr std::uint64_t kMaxCounter = std::uint64_t{1} << 62;
+
+/// a + b, at most kMaxCounter: counters summed over many frames stay readable.
+inline constexpr std::uint64_t add_counters(std::uint64_t a, std::uint64_t b) {
+  return a >= kMaxCounter || b >= kMaxCounter - a ? kMaxCounter : a + b;
+}
+
 /// Bytes as a short string in binary units: "512 B", "3.2 MiB", "1.2 PiB" (any size, even
 /// past 64 bits, since estimates are made in long double).
 inline std::string format_bytes(long double bytes) {
