@@ -88,7 +88,7 @@ std::vector<Field> fields(RunConfig& c) {
        "\"synthetic\" (built in, known entropy), \"file\" (a text file as bytes) or \"tokens\" (llm.c token shards)"},
       {"data", "path", &c.data.path,
        "file: a plain text file read as bytes; tokens: a glob of llm.c .bin shards (e.g. \"data/train_*.bin\"), "
-       "memory-mapped, read in sorted order as one stream of which island i of M reads slice i"},
+       "memory-mapped, read in sorted order as one stream whose windows are dealt to the islands (see iid)"},
       {"data", "eval_path", &c.data.eval_path, "tokens: a glob of the evaluation shards"},
       {"data", "seed", &c.data.seed, "seeds the synthetic language, the shards and the evaluation split"},
       {"data", "alphabet", &c.data.alphabet, "synthetic: symbols in the language (2-64)"},
