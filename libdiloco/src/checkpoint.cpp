@@ -1,6 +1,7 @@
 // Safetensors checkpoints (https://github.com/huggingface/safetensors: 8-byte little-endian header
 // length, JSON header, raw little-endian data), written crash-safely with temp + fsync + rename.
 #include "diloco/checkpoint.hpp"
+#include "diloco/limits.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -505,7 +506,7 @@ Expected<Checkpoint> parse_checkpoint(std::span<const std::byte> file, const Par
     const int i = static_cast<int>(id);
     const std::string* steps_s = meta_of(island_steps_key(i));
     const auto steps = steps_s ? parse_list(*steps_s, ok) : std::vector<std::uint64_t>{};
-    if (!steps_s || !ok || steps.size() != 1 || steps[0] > (std::uint64_t{1} << 62))
+    if (!steps_s || !ok || steps.size() != 1 || steps[0] > kMaxCounter)
       return corrupt("metadata " + island_steps_key(i) + " is missing or not an integer");
     IslandState is;
     is.island = i;
@@ -514,7 +515,7 @@ Expected<Checkpoint> parse_checkpoint(std::span<const std::byte> file, const Par
     is.step = is.adam_steps;
     if (const std::string* step_s = meta_of(island_step_key(i))) {
       const auto step = parse_list(*step_s, ok);
-      if (!ok || step.size() != 1 || step[0] > (std::uint64_t{1} << 62) || step[0] < steps[0])
+      if (!ok || step.size() != 1 || step[0] > kMaxCounter || step[0] < steps[0])
         return corrupt("metadata " + island_step_key(i) + " is not an integer at least " + island_steps_key(i));
       is.step = static_cast<long>(step[0]);
     }

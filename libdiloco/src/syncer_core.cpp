@@ -48,7 +48,7 @@ Expected<std::uint64_t> meta_uint(const Checkpoint& cp, const std::string& key, 
 Expected<SyncerMeta> read_meta(const Checkpoint& cp, std::size_t P, int islands, const OuterConfig& outer) {
   SyncerMeta m;
   for (std::size_t p = 0; p < P; ++p) {
-    auto t = meta_uint(cp, outer_steps_key(p), std::uint64_t{1} << 62, 0);
+    auto t = meta_uint(cp, outer_steps_key(p), kMaxCounter, 0);
     if (!t) return t.error();
     m.outer_steps.push_back(static_cast<long>(*t));
     // Delayed Nesterov: fewer than `delay` contributions wait in the buffer.
@@ -62,7 +62,7 @@ Expected<SyncerMeta> read_meta(const Checkpoint& cp, std::size_t P, int islands,
   }
   for (int i = 0; i < islands; ++i) {
     const auto k = static_cast<std::size_t>(i);
-    auto step = meta_uint(cp, island_step_key(k), std::uint64_t{1} << 62, 0);
+    auto step = meta_uint(cp, island_step_key(k), kMaxCounter, 0);
     if (!step) return step.error();
     auto done = meta_uint(cp, island_finished_key(k), 1, 0);
     if (!done) return done.error();
@@ -78,7 +78,7 @@ std::vector<int> islands_in_progress(const Checkpoint& cp, int islands) {
   std::vector<int> out;
   for (int i = 0; i < islands; ++i) {
     const auto k = static_cast<std::size_t>(i);
-    auto step = meta_uint(cp, island_step_key(k), std::uint64_t{1} << 62, 0);
+    auto step = meta_uint(cp, island_step_key(k), kMaxCounter, 0);
     auto done = meta_uint(cp, island_finished_key(k), 1, 0);
     if (step && done && *step > 0 && *done == 0) out.push_back(i);
   }
@@ -562,7 +562,7 @@ Status SyncerCore::restore(const Checkpoint& cp) {
   auto meta = read_meta(cp, P, settings_.islands, settings_.outer);
   if (!meta) return meta.error();
   // Absent in files written before it was kept: counted from here on.
-  auto merged_tokens = meta_uint(cp, kMergedTokensKey, std::uint64_t{1} << 62, 0);
+  auto merged_tokens = meta_uint(cp, kMergedTokensKey, kMaxCounter, 0);
   if (!merged_tokens) return merged_tokens.error();
   stats_.merged_tokens = *merged_tokens;
   params_ = cp.params;

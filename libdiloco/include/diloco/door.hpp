@@ -28,6 +28,14 @@ Endpoint parse_endpoint(const std::string& s);
 /// server published (the syncer).
 enum class BaspSender { client, server };
 
+/// What a peer's direct messages may hold: every element type in `types`, or the whole type
+/// name one of `messages` (for CAF's own exchanges that hold an actor pointer).
+struct PeerMessages {
+  std::vector<std::string> types;
+  std::vector<std::string> messages;
+  bool checked() const { return !types.empty() || !messages.empty(); }
+};
+
 /// Checks one direction of a BASP connection header by header before CAF sees it.
 ///
 /// CAF 0.17.6 dereferences a null payload for a handshake header that announces no payload
@@ -38,14 +46,6 @@ enum class BaspSender { client, server };
 /// zero fields CAF requires, and a payload no larger than `max_payload`. Streams may arrive in
 /// any chunking.
 ///
-/// What a peer's direct messages may hold: every element type in `types`, or the whole type
-/// name one of `messages` (for CAF's own exchanges that hold an actor pointer).
-struct PeerMessages {
-  std::vector<std::string> types;
-  std::vector<std::string> messages;
-  bool checked() const { return !types.empty() || !messages.empty(); }
-};
-
 /// A peer that passed the door's identity check still reaches CAF's mailboxes, and CAF 0.17.6
 /// delivers whatever a message holds: an `exit_msg` with reason `kill` ends any actor for good
 /// (no exit handler can trap it), an `error` or `down_msg` ends one without a handler for it, a

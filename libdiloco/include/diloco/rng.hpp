@@ -11,8 +11,9 @@ namespace diloco {
 class Rng {
 public:
   explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+  std::uint64_t next() { return mix(state_ += 0x9E3779B97F4A7C15ULL); }
+  /// SplitMix64's finaliser: a bijection of 64-bit words that scatters every input bit.
+  static constexpr std::uint64_t mix(std::uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
@@ -59,15 +60,10 @@ public:
   std::uint64_t size() const { return n_; }
 
 private:
-  static std::uint64_t mix(std::uint64_t z) {  // SplitMix64's finaliser
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
   std::uint64_t encrypt(std::uint64_t x) const {
     std::uint64_t l = x >> half_, r = x & mask_;
     for (auto k : keys_) {
-      const std::uint64_t t = l ^ (mix(r + k) & mask_);
+      const std::uint64_t t = l ^ (Rng::mix(r + k) & mask_);
       l = r;
       r = t;
     }
