@@ -186,6 +186,9 @@ struct GatewayState {
 
 caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared_ptr<Runtime> rt, GatewayOptions o) {
   detail::guard(self, "gateway");
+  // What a peer may address: this gateway, and each relay while it lives (spawn_relay).
+  o.receivers->add(self->id());
+  self->attach_functor([receivers = o.receivers, id = self->id()] { receivers->remove(id); });
   // rt->gateway.vacant mirrors the pool: the other threads read it (the run's end, the final sync).
   auto mirror_vacancy = [self, rt] {
     for (int i : self->state.pool->open()) rt->gateway.vacant[static_cast<std::size_t>(i)] = self->state.pool->vacant(i);
@@ -212,7 +215,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
       o.log(name.substr(r.size()) + ", kept since this syncer's start for the joiner that trained it, is open again");
     else o.log("joiner " + name + "'s islands are open again");
   };
-  self->set_down_handler([self, rt, released](caf::down_msg& m) {
+  self->set_down_handler([self, rt, o, released](caf::down_msg& m) {
+    o.receivers->remove(m.source.id());
     auto& st = self->state;
     auto& ss = st.sessions;
     for (auto it = ss.begin(); it != ss.end(); ++it)
@@ -296,6 +300,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
     auto connector = caf::actor_cast<caf::actor>(from);
     auto relay = self->spawn(relay_actor, rt, number, x.site, got, syncer, connector, o.log);
     self->monitor(relay);
+    o.receivers->add(relay.id());
     st.sessions[number] = relay;
     st.nodes[number] = from.node();
     st.names[number] = x.site;
@@ -403,6 +408,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         auto connector = caf::actor_cast<caf::actor>(from);
         relay = self->spawn(relay_actor, rt, site, x.site, islands_of_site(rt->cfg, site), syncer, connector, o.log);
         self->monitor(relay);
+        o.receivers->add(relay.id());
         self->state.nodes[site] = from->node();
         SiteSession s;
         s.relay = relay;
@@ -494,7 +500,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
 }  // namespace
 
 std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at, std::uint16_t caf_port,
-                                       const TlsFiles* tls, NetLog log) {
+                                       const TlsFiles* tls, NetLog log,
+                                       std::shared_ptr<const PeerReceivers> receivers) {
   DoorOptions d;
   d.role = DoorOptions::Role::syncer;
   d.listen = at;
@@ -503,7 +510,7 @@ std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at,
   for (int s = 0; s < site_count(cfg); ++s) d.peers.push_back(site_name(cfg, s));
   for (const auto& r : cfg.syncers) d.peers.push_back(r.name);  // followers of a replicated syncer
   d.any_peer = cfg.net.allow_join;
-  d.peer_messages = peer_messages();
+  d.peer_messages = peer_messages(std::move(receivers));
   d.admission = {static_cast<std::size_t>(cfg.net.pending_per_address), static_cast<std::size_t>(cfg.net.pending_total),
                  cfg.net.handshake_ms / 1000.0};
   d.log = std::move(log);

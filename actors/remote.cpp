@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
 #include <caf/io/middleman.hpp>
 
 #include "session_protocol.hpp"
@@ -23,15 +24,20 @@ TlsFiles tls_files(const std::string& dir, const std::string& name) {
   return t;
 }
 
-PeerMessages peer_messages() {
+PeerMessages peer_messages(std::shared_ptr<const PeerReceivers> receivers) {
   // What sites and follower replicas send to the syncer's process: atoms, the frames
   // (WireFrame: Cap'n Proto bytes our decoders check), a join ask, a site's name, a
   // replica's generation and round (gateway.cpp's handlers and the relay's), and CAF's own
   // (sys, get, "info") to a new node's "SpawnServ". Never an error, an exit or down message,
   // or a nested message. One message holds an actor pointer: SpawnServ's answer to this
   // process's middleman, (ok, "info", its handle, its name); never (atom, actor pointer)
-  // alone, which CAF takes for a link request and casts to a proxy.
-  return {{"@atom", "@str", "@u64", "diloco.WireFrame", "diloco.JoinAsk"}, {"@<>+@atom+@str+@strong_actor_ptr+@str"}};
+  // alone, which CAF takes for a link request and casts to a proxy. And only to `receivers` (the
+  // gateway and its relays) or CAF's "SpawnServ": the syncer's id, which a site learns as the
+  // sender of what the syncer tells its islands, is no way around a relay's checks.
+  return {{"@atom", "@str", "@u64", "diloco.WireFrame", "diloco.JoinAsk"},
+          {"@<>+@atom+@str+@strong_actor_ptr+@str"},
+          std::move(receivers),
+          {static_cast<std::uint64_t>(caf::atom("SpawnServ"))}};
 }
 
 void configure_network(caf::actor_system_config& cfg, const NetConfig& net) {

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -125,9 +126,9 @@ Bytes message_payload(const std::string& type_name, std::size_t body = 16, std::
   return p;
 }
 
-/// A direct message (operation 2) from actor 7 to actor 9 carrying `payload`.
-Bytes direct(const Bytes& payload, std::uint8_t flags = 0) {
-  Bytes f = frame(2, static_cast<std::uint32_t>(payload.size()), 0, 7, 9, flags);
+/// A direct message (operation 2) from actor 7 to actor `to` (9) carrying `payload`.
+Bytes direct(const Bytes& payload, std::uint8_t flags = 0, std::uint64_t to = 9) {
+  Bytes f = frame(2, static_cast<std::uint32_t>(payload.size()), 0, 7, to, flags);
   std::copy(payload.begin(), payload.end(), f.end() - static_cast<std::ptrdiff_t>(payload.size()));
   return f;
 }
@@ -137,10 +138,10 @@ const PeerMessages peer_types = {{"@atom", "@str", "@u64", "diloco.WireFrame", "
 
 /// Whether a client stream, after its handshake, is refused for `then` (fed in one piece and
 /// byte by byte: the verdict must not depend on the chunking); the reason in `why`.
-bool peer_refused(const Bytes& then, std::string* why = nullptr) {
+bool peer_refused(const Bytes& then, std::string* why = nullptr, const PeerMessages& rules = peer_types) {
   bool verdict = false;
   for (std::size_t piece : {then.size(), std::size_t{1}}) {
-    BaspFilter f(BaspSender::client, max_payload, peer_types);
+    BaspFilter f(BaspSender::client, max_payload, rules);
     BOOST_REQUIRE(ok_(f.feed(frame(1, 40))));
     Status last;
     for (std::size_t at = 0; at < then.size() && last; at += piece)
@@ -199,6 +200,40 @@ BOOST_AUTO_TEST_CASE(a_proven_peer_cannot_kill_an_actor_or_pose_as_this_process)
   // Without peer types payloads pass unread, as a site's door reads the syncer.
   BaspFilter site(BaspSender::client, max_payload);
   BOOST_TEST(ok_(site.feed(cat({frame(1, 40), direct(message_payload("@<>+@exit")), frame(3, 60, 0, 1, 2)}))));
+}
+
+BOOST_AUTO_TEST_CASE(a_proven_peer_addresses_only_the_actors_handed_to_it) {
+  // The gateway (9) and a relay (12) were handed out; the syncer (5) is an id a site learns as
+  // the sender of what it tells the site's islands, and writing to it straight would skip the
+  // relay's check of the frame's island.
+  auto receivers = std::make_shared<PeerReceivers>();
+  receivers->add(9);
+  receivers->add(12);
+  constexpr std::uint64_t spawn_serv = 0x1234;  // the atom value of CAF's "SpawnServ" (the actors layer's)
+  PeerMessages rules = peer_types;
+  rules.receivers = receivers;
+  rules.named = {spawn_serv};
+  const auto fragment = message_payload("@<>+@atom+diloco.WireFrame", 64);
+  std::string why;
+  BOOST_TEST(!peer_refused(direct(fragment, 0, 9), nullptr, rules));
+  BOOST_TEST(!peer_refused(cat({direct(fragment, 0, 12), frame(6, 0), direct(fragment, 0, 9)}), nullptr, rules));
+  BOOST_TEST(peer_refused(direct(fragment, 0, 5), &why, rules));
+  BOOST_TEST_MESSAGE(why);
+  BOOST_TEST(why.find("to actor 5, which was never handed to a peer") != std::string::npos);
+  // Allowed first, then the syncer in the same stream: the connection ends at the second.
+  BOOST_TEST(peer_refused(cat({direct(fragment, 0, 9), direct(fragment, 0, 5)}), nullptr, rules));
+  // A relay that ended is no receiver any more.
+  receivers->remove(12);
+  BOOST_TEST(peer_refused(direct(fragment, 0, 12), nullptr, rules));
+  // By name: CAF's "SpawnServ" only (the flag turns the receiver field into an atom value).
+  BOOST_TEST(!peer_refused(direct(message_payload("@<>+@atom+@atom+@str"), 0x01, spawn_serv), nullptr, rules));
+  BOOST_TEST(peer_refused(direct(message_payload("@<>+@atom+@atom+@str"), 0x01, 0x9999), &why, rules));
+  BOOST_TEST(why.find("named receiver") != std::string::npos);
+  // SpawnServ's answer goes to the helper the middleman spawned for the exchange: any receiver.
+  BOOST_TEST(!peer_refused(direct(message_payload("@<>+@atom+@str+@strong_actor_ptr+@str"), 0, 77), nullptr, rules));
+  // What a message may hold is checked before whom it is for.
+  BOOST_TEST(peer_refused(direct(message_payload("@<>+@exit"), 0, 9), &why, rules));
+  BOOST_TEST(why.find("'@exit'") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_refused_stream_stays_refused) {

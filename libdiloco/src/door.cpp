@@ -103,6 +103,15 @@ Expected<bool> BaspFilter::check_message_start() const {
       return bad("an element of type '" + type + "', which no message of a peer carries (message " + name + ")");
     from = plus + 1;
   }
+  if (!peer_.receivers) return true;
+  if (named_) {
+    if (std::find(peer_.named.begin(), peer_.named.end(), receiver_) == peer_.named.end())
+      return bad("a message " + name + " to a named receiver (atom value " + std::to_string(receiver_) +
+                 ") that is none of CAF's servers a peer asks");
+  } else if (!peer_.receivers->contains(receiver_)) {
+    return bad("a message " + name + " to actor " + std::to_string(receiver_) +
+               ", which was never handed to a peer (a peer addresses the gateway and its relays only)");
+  }
   return true;
 }
 
@@ -155,6 +164,8 @@ Status BaspFilter::check(const std::array<std::byte, header_size>& h) {
   }
   payload_left_ = len;
   reading_start_ = peer_.checked() && op == direct_message;
+  receiver_ = dst;
+  named_ = (flags & 0x01) != 0;
   start_.clear();
   ++frames_;
   return {};
@@ -193,6 +204,28 @@ Status BaspFilter::feed(std::span<const std::byte> bytes) {
     }
   }
   return {};
+}
+
+// ---- PeerReceivers ----
+
+void PeerReceivers::add(std::uint64_t id) {
+  std::lock_guard lock(m_);
+  ids_.insert(id);
+}
+
+void PeerReceivers::remove(std::uint64_t id) {
+  std::lock_guard lock(m_);
+  ids_.erase(id);
+}
+
+bool PeerReceivers::contains(std::uint64_t id) const {
+  std::lock_guard lock(m_);
+  return ids_.count(id) > 0;
+}
+
+std::size_t PeerReceivers::size() const {
+  std::lock_guard lock(m_);
+  return ids_.size();
 }
 
 // ---- DoorAdmission ----

@@ -7,7 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,11 +31,34 @@ Endpoint parse_endpoint(const std::string& s);
 /// server published (the syncer).
 enum class BaspSender { client, server };
 
+/// The actors of this process a proven peer may address by id: the one it was published for
+/// and those handed out to peers since (the syncer's gateway and its relays). Shared by the
+/// actor that spawns them and the door's thread.
+class PeerReceivers {
+public:
+  void add(std::uint64_t id);
+  void remove(std::uint64_t id);
+  bool contains(std::uint64_t id) const;
+  std::size_t size() const;
+
+private:
+  mutable std::mutex m_;
+  std::set<std::uint64_t> ids_;
+};
+
 /// What a peer's direct messages may hold: every element type in `types`, or the whole type
 /// name one of `messages` (for CAF's own exchanges that hold an actor pointer).
+///
+/// With `receivers` set, a message passed by its element types must also go to one of those
+/// actors, or by name (BASP's named-receiver flag) to one of `named` (the atom values of CAF's
+/// own servers, "SpawnServ"): an actor id learnt from a message's sender (the syncer's, say) is
+/// no door into this process. A whole message of `messages` answers CAF's own exchange and goes
+/// to the helper actor the middleman spawned for it, whose id no one announces: any receiver.
 struct PeerMessages {
   std::vector<std::string> types;
   std::vector<std::string> messages;
+  std::shared_ptr<const PeerReceivers> receivers;
+  std::vector<std::uint64_t> named;
   bool checked() const { return !types.empty() || !messages.empty(); }
 };
 
@@ -53,10 +79,10 @@ struct PeerMessages {
 /// message names its own source node, so it can pose as an actor of this very process. With
 /// `peer` set, a direct message's payload is read up to its type name (CAF writes
 /// "@<>+T1+T2..." before the elements) and passes only when it carries no forwarding stages and
-/// its type name is allowed by `peer`, and routed messages are refused (a message to
-/// a named receiver, CAF's own servers, is checked like any other: a new node's middleman asks
-/// the other's "SpawnServ" for its info). Without it, payload bytes pass unread (CAF's
-/// deserializer bounds them).
+/// its type name is allowed by `peer` and its receiver too (PeerMessages::receivers), and
+/// routed messages are refused (a message to a named receiver, CAF's own servers, is checked
+/// like any other: a new node's middleman asks the other's "SpawnServ" for its info). Without
+/// it, payload bytes pass unread (CAF's deserializer bounds them).
 class BaspFilter {
 public:
   static constexpr std::size_t header_size = 32;
@@ -81,6 +107,8 @@ private:
   PeerMessages peer_;                 // none: payloads pass unread
   std::vector<std::byte> start_;      // a direct message's payload up to its type name
   bool reading_start_ = false;        // the current payload's start is still being checked
+  std::uint64_t receiver_ = 0;        // the current direct message's: an actor id or a name's atom value
+  bool named_ = false;                // ... a name (BASP's named-receiver flag)
   std::array<std::byte, header_size> header_{};
   std::size_t have_ = 0;              // header bytes collected
   std::uint64_t payload_left_ = 0;    // payload bytes still to pass

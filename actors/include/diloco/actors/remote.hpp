@@ -91,15 +91,18 @@ TlsFiles tls_files(const std::string& dir, const std::string& name);
 void configure_network(caf::actor_system_config& cfg, const NetConfig& net);
 
 /// What every message a site or a follower replica sends to the syncer's process holds (CAF's
-/// portable type names): its front door refuses a message holding anything else.
-PeerMessages peer_messages();
+/// portable type names), and to whom (`receivers`: the gateway and its relays; CAF's
+/// "SpawnServ" by name): its front door refuses a message holding anything else, or to anyone else.
+PeerMessages peer_messages(std::shared_ptr<const PeerReceivers> receivers);
 
 /// The door of a syncer process: public connections on `at` are proven (mutual TLS with
 /// `tls`, certificate CN = a site of the roster; none under --insecure), held to the
 /// handshake bounds of [net], and spliced to the gateway CAF published on loopback at
-/// `caf_port`. Throws std::runtime_error when `at` cannot be bound.
+/// `caf_port`; their messages may address the actors in `receivers` only (the gateway's
+/// GatewayOptions::receivers). Throws std::runtime_error when `at` cannot be bound.
 std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at, std::uint16_t caf_port,
-                                       const TlsFiles* tls, NetLog log);
+                                       const TlsFiles* tls, NetLog log,
+                                       std::shared_ptr<const PeerReceivers> receivers);
 /// The door of a site process: its CAF dials the returned door's loopback port, and the door
 /// dials the syncer at `syncer`, requiring (with `tls`) a certificate for net.syncer_name.
 /// `only`: dial these replicas alone (a follower dials its leader) instead of every [[syncers]] one.
@@ -117,6 +120,9 @@ struct GatewayOptions {
   /// net.allow_join, a syncer (re)started from a state file: the open islands that trained and
   /// have not finished wait net.join_lease_ms for the joiner that trains them (JoinPool::reserve).
   std::vector<int> reserved;
+  /// The actors a peer may address (the syncer door's PeerMessages::receivers): the gateway
+  /// puts itself and every relay it hands out here, and takes a relay out when it ends.
+  std::shared_ptr<PeerReceivers> receivers = std::make_shared<PeerReceivers>();
 };
 /// Spawns the gateway, the one actor a syncer process publishes. A site says hello with its
 /// certificate, signs the gateway's random challenge with the certificate's key (identity.hpp)
