@@ -171,8 +171,8 @@ struct Follower {
 };
 
 struct GatewayState {
-  std::map<caf::actor_addr, Pending> pending;  // by the connector asking
-  std::map<caf::actor_addr, Pending> pending_replicas;  // by the follower asking
+  ChallengeTable<caf::actor_addr, Pending> pending{256};  // by the connector asking
+  ChallengeTable<caf::actor_addr, Pending> pending_replicas{64};  // by the follower asking
   std::map<caf::actor_addr, Follower> followers;        // proven followers, by the actor asking
   std::uint64_t encoded_generation = 0;                 // the snapshot `encoded` holds (0: none)
   WireFrame encoded;
@@ -239,12 +239,11 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
   // The challenge the sender of a proof was given (taken out of `pending`), once its signature
   // over it checks against the certificate it sent (without a CA, under --insecure, it is taken
   // at its word). `who` names the kind of peer in the refusal.
-  auto take_proof = [self, o](std::map<caf::actor_addr, Pending>& pending, const std::string& who,
+  auto take_proof = [self, o](ChallengeTable<caf::actor_addr, Pending>& pending, const std::string& who,
                               const WireFrame& sig) -> Expected<Pending> {
-    auto it = pending.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
-    if (it == pending.end()) return Error{errc::unexpected_message, who + " proof without a challenge"};
-    Pending x = std::move(it->second);
-    pending.erase(it);
+    auto taken = pending.take(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+    if (!taken) return Error{errc::unexpected_message, who + " proof without a challenge"};
+    Pending x = std::move(*taken);
     if (!o.ca_file.empty())
       if (auto why = verify_site_proof(o.ca_file, x.cert, x.site, challenge_message(x.site, x.nonce), sig.bytes); !why.empty())
         return Error{errc::unexpected_message, who + " '" + x.site + "' not authenticated: " + why};
@@ -350,7 +349,8 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (!from) return refuse("hello without a sender");
         if (ask.site.empty() || ask.site.size() > 256 || ask.islands <= 0 || ask.islands > rt->cfg.train.islands ||
-            ask.held.size() > static_cast<std::size_t>(rt->cfg.train.islands) || ask.layout.size() > 1024)
+            ask.held.size() > static_cast<std::size_t>(rt->cfg.train.islands) || ask.layout.size() > 1024 ||
+            ask.cert.bytes.size() > kMaxCertificateBytes)
           return refuse("a malformed join request");
         std::vector<int> held;
         for (auto i : ask.held) {
@@ -359,22 +359,19 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         }
         if (!held.empty() && held.size() != static_cast<std::size_t>(ask.islands))
           return refuse("a join request holding " + std::to_string(held.size()) + " islands and asking for " + std::to_string(ask.islands));
-        auto& p = self->state.pending;
-        if (p.size() >= 256) p.erase(p.begin());
         Pending x{ask.site, std::move(ask.cert.bytes), random_nonce(), ask.islands, std::move(held), std::move(ask.layout)};
         auto nonce = frame_of(x.nonce);
-        p[from] = std::move(x);
+        self->state.pending.put(from, std::move(x));  // bounded: the oldest unanswered challenge goes
         return nonce;
       },
       [=](hello_atom, const std::string& site, const WireFrame& cert) -> caf::result<WireFrame> {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (!from) return refuse("hello without a sender");
         if (site_index(rt->cfg, site) < 0) return refuse("hello from unknown site '" + site + "'");
-        auto& p = self->state.pending;
-        if (p.size() >= 256) p.erase(p.begin());  // bounded: unanswered challenges are dropped
+        if (cert.bytes.size() > kMaxCertificateBytes) return refuse("hello from '" + site + "' with a certificate over 64 KiB");
         Pending x{site, cert.bytes, random_nonce()};
         auto nonce = frame_of(x.nonce);
-        p[from] = std::move(x);
+        self->state.pending.put(from, std::move(x));  // bounded: the oldest unanswered challenge goes
         return nonce;
       },
       [=](prove_atom, const WireFrame& sig) -> caf::result<SiteSession> {
@@ -430,11 +427,10 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
         if (!from) return refuse("replica hello without a sender");
         if (std::find(o.replicas.begin(), o.replicas.end(), name) == o.replicas.end())
           return refuse("hello from '" + name + "', not a syncer replica of this run");
-        auto& p = self->state.pending_replicas;
-        if (p.size() >= 64) p.erase(p.begin());
+        if (cert.bytes.size() > kMaxCertificateBytes) return refuse("hello from '" + name + "' with a certificate over 64 KiB");
         Pending x{name, cert.bytes, random_nonce()};
         auto nonce = frame_of(x.nonce);
-        p[from] = std::move(x);
+        self->state.pending_replicas.put(from, std::move(x));
         return nonce;
       },
       [=](replica_atom, prove_atom, const WireFrame& sig) -> caf::result<std::uint64_t> {
@@ -499,10 +495,13 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
 
 }  // namespace
 
-std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at, std::uint16_t caf_port,
-                                       const TlsFiles* tls, NetLog log,
+std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const FragmentPlan& plan, const Endpoint& at,
+                                       std::uint16_t caf_port, const TlsFiles* tls, NetLog log,
                                        std::shared_ptr<const PeerReceivers> receivers) {
   DoorOptions d;
+  std::size_t largest = 0;
+  for (int p = 0; p < plan.count(); ++p) largest = std::max(largest, plan.size(p));
+  d.max_payload = peer_payload_bound(largest);
   d.role = DoorOptions::Role::syncer;
   d.listen = at;
   d.forward = Endpoint{"127.0.0.1", caf_port};

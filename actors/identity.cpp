@@ -14,6 +14,8 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
+#include "diloco/door.hpp"
+
 namespace diloco::actors {
 
 namespace {
@@ -91,7 +93,7 @@ Bytes sign_with_key(const std::string& key_file, const Bytes& msg, std::string* 
 
 std::string verify_site_proof(const std::string& ca_file, const Bytes& cert_pem, const std::string& site,
                               const Bytes& msg, const Bytes& sig) {
-  if (cert_pem.empty() || cert_pem.size() > 64 * 1024) return "certificate missing or too large";
+  if (cert_pem.empty() || cert_pem.size() > kMaxCertificateBytes) return "certificate missing or too large";
   BioPtr bio(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
   X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   if (!cert) return ssl_error("not a PEM certificate");

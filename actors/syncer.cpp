@@ -354,7 +354,11 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         // A join reply carries every commit: a replicated leader sends it once a majority holds them.
         if (replicated(st, *rt) && (!rt->leading || rt->leading())) welcome(self, *rt, *joining);
-        else st.held_welcomes.push_back(*joining);
+        else {
+          // One held welcome per island, its newest join: repeated joins cannot grow the list.
+          std::erase_if(st.held_welcomes, [id](const detail::Joining& j) { return j.id == id; });
+          st.held_welcomes.push_back(*joining);
+        }
       },
       [=](replicated_atom, std::uint64_t generation) {
         // From this process's gateway only: a majority of the replicas holds `generation`.

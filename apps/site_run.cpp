@@ -216,7 +216,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   std::string door_error;
   if (caf_port) {
     try {
-      door = open_syncer_door(cfg, at, *caf_port, tls ? &*tls : nullptr, [tl](const std::string& s) { tl->line(s); },
+      door = open_syncer_door(cfg, rt->plan, at, *caf_port, tls ? &*tls : nullptr, [tl](const std::string& s) { tl->line(s); },
                               gw_options.receivers);
     } catch (const std::exception& e) {
       door_error = e.what();

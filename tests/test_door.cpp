@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "diloco/door.hpp"
+#include "diloco/wire.hpp"
 
 using namespace diloco;
 
@@ -234,6 +235,49 @@ BOOST_AUTO_TEST_CASE(a_proven_peer_addresses_only_the_actors_handed_to_it) {
   // What a message may hold is checked before whom it is for.
   BOOST_TEST(peer_refused(direct(message_payload("@<>+@exit"), 0, 9), &why, rules));
   BOOST_TEST(why.find("'@exit'") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(unanswered_challenges_are_bounded_oldest_first_whatever_the_keys) {
+  ChallengeTable<int, std::string> t(3);
+  t.put(50, "fifty");
+  t.put(10, "ten");
+  t.put(90, "ninety");
+  t.put(5, "five");  // the oldest (50) goes, not the smallest key (5, 10)
+  BOOST_TEST(t.size() == 3u);
+  BOOST_TEST(!t.take(50));
+  BOOST_TEST(t.take(10).value() == "ten");
+  BOOST_TEST(!t.take(10));  // a challenge answers one proof
+  // Asking again replaces the challenge and makes it the newest.
+  t.put(90, "ninety again");
+  t.put(1, "one");
+  t.put(2, "two");  // 5 is now the oldest
+  BOOST_TEST(!t.take(5));
+  BOOST_TEST(t.take(90).value() == "ninety again");
+  // A flood of new keys never keeps more than the bound.
+  for (int k = 100; k < 1100; ++k) t.put(k, "flood");
+  BOOST_TEST(t.size() == 3u);
+  BOOST_TEST(t.take(1099).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_peers_payload_is_bounded_by_the_runs_largest_fragment_frame) {
+  // Fits the largest fragment's frame at its largest encoding, and a hello's certificate.
+  const std::size_t largest = 1 << 20;
+  WireLimits l;
+  l.max_fragment_values = largest;
+  const auto bound = peer_payload_bound(largest);
+  BOOST_TEST(bound >= max_frame_bytes(MessageType::fragment, l));
+  BOOST_TEST(bound < max_frame_bytes(MessageType::fragment, l) + 128 * 1024);
+  BOOST_TEST(peer_payload_bound(4) > kMaxCertificateBytes);
+  BOOST_TEST(peer_payload_bound(4) < 256u * 1024);
+  // Past what a frame may carry at all, the door's own bound.
+  BOOST_TEST(peer_payload_bound(std::size_t{1} << 40) <= (std::uint32_t{1} << 31));
+  // A payload over the bound closes the connection at its header.
+  const auto small = peer_payload_bound(4);
+  BaspFilter f(BaspSender::client, small);
+  BOOST_REQUIRE(ok_(f.feed(cat({frame(1, 40), frame(2, small, 0, 7, 9)}))));
+  auto over = f.feed(frame(2, small + 1, 0, 7, 9));
+  BOOST_REQUIRE(!over);
+  BOOST_TEST(over.error().reason.find("payload larger than " + std::to_string(small)) != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_refused_stream_stays_refused) {

@@ -642,11 +642,12 @@ BOOST_AUTO_TEST_CASE(syncer_commit_that_overflows_is_reported_and_never_snapshot
     auto cfg = sgd_settings(2, 2);
     cfg.broadcast = CodecParams{enc, enc == Encoding::fp32 ? 0u : 4u};
     cfg.snapshot_every = 1;
+    cfg.outer.lr = 3e37f;  // an absurd outer learning rate: the outer step diverges, not the islands
     SyncerCore s(t.plan, init, cfg);
-    // δ = −3e38 twice: θ = 3e38, then 6e38 = infinity in float.
+    // δ = −10 twice: θ = 3e38, then 6e38 = infinity in float.
     for (std::uint64_t r = 0; r < 2; ++r) {
-      BOOST_REQUIRE(s.receive(delta_frame(0, r, -3e38f), 0.0));
-      BOOST_REQUIRE(s.receive(delta_frame(1, r, -3e38f), 0.0));
+      BOOST_REQUIRE(s.receive(delta_frame(0, r, -10.0f), 0.0));
+      BOOST_REQUIRE(s.receive(delta_frame(1, r, -10.0f), 0.0));
       const auto c = s.poll(0.0);
       BOOST_REQUIRE_EQUAL(c.size(), 1u);
       BOOST_TEST(c[0].finite == (r == 0));
@@ -662,6 +663,35 @@ BOOST_AUTO_TEST_CASE(syncer_commit_that_overflows_is_reported_and_never_snapshot
     BOOST_TEST(!s.snapshot_due());  // a diverged state never replaces the last good snapshot
     BOOST_TEST(!s.frame_for(0, 0));  // and nothing of it can be sent
   }
+}
+
+BOOST_AUTO_TEST_CASE(an_outer_gradient_far_beyond_the_parameters_is_refused_counted_and_never_merged) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  SyncerCore s(t.plan, init, sgd_settings(2, 1));
+  // Finite, but 3e38 would overflow Θ at the outer step and end the run for everyone.
+  auto r = s.receive(delta_frame(1, 0, -3e38f), 0.0);
+  BOOST_REQUIRE(!r);
+  BOOST_TEST((r.error().code == errc::out_of_bounds));
+  BOOST_TEST_MESSAGE(r.error().message());
+  BOOST_TEST(r.error().reason.find("island 1's fragment 0 based on round 0: outer gradient of RMS 3e+38, more than 100") !=
+             std::string::npos);
+  BOOST_TEST(s.stats().rejected[errc::out_of_bounds] == 1u);
+  BOOST_TEST(s.stats().accepted == 0u);
+  BOOST_TEST(s.poll(0.0).empty());  // nothing pending
+  // The bound: 100 × max(RMS(Θ), 1). At Θ = 0, RMS 100 passes and 101 does not.
+  BOOST_TEST(!s.receive(delta_frame(0, 0, 101.0f), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, -100.0f), 0.0));
+  const auto c = s.poll(0.0);
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].islands == std::vector<int>{0});
+  BOOST_TEST(s.params()[0] == 100.0f);
+  BOOST_TEST(s.health().has_value());
+  // With Θ at RMS 100 the bound is 100 × 100: the same island's next step of 5000 is taken.
+  BOOST_REQUIRE(s.receive(delta_frame(0, 1, 5000.0f), 0.0));
+  BOOST_TEST(s.poll(0.0).size() == 1u);
+  BOOST_TEST(s.stats().rejected[errc::out_of_bounds] == 2u);
+  BOOST_TEST(s.stats().accepted == 2u);
 }
 
 // ---- the end of a run survives a syncer restart ----

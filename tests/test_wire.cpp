@@ -191,6 +191,12 @@ std::vector<BadFrame> malformed_table() {
                "at most 4611686018427387904 each"});
   t.push_back({"absurd_steps", crafted([](auto, auto f) { f.setSteps(std::uint64_t{1} << 63); }), errc::bad_counters,
                "9223372036854775808 steps"});
+  // More tokens than steps × 2^24 would outweigh every island in the token-weighted merge.
+  t.push_back({"tokens_per_step", crafted([](auto, auto f) {
+                 f.setSteps(3);
+                 f.setTokens(3 * kMaxTokensPerStep + 1);
+               }),
+               errc::bad_counters, "50331649 tokens in 3 steps, more than 16777216 per step"});
   return t;
 }
 
@@ -352,6 +358,22 @@ BOOST_AUTO_TEST_CASE(malformed_frames_are_rejected_with_their_reason_and_counted
   BOOST_TEST(inbox.accepted() == 0u);
   BOOST_TEST(inbox.rejected().total() == table.size());
   for (std::size_t c = 0; c < errc_count; ++c) BOOST_TEST(inbox.rejected().by_code[c] == want.by_code[c]);
+}
+
+BOOST_AUTO_TEST_CASE(tokens_up_to_two_to_the_24_per_step_are_accepted_however_many_the_steps) {
+  FragmentInbox inbox(syncer_context());
+  std::vector<float> out(kN);
+  // 2^24 tokens per step exactly, and 2^62 steps of one token each (steps × 2^24 would wrap).
+  BOOST_TEST(inbox.receive(crafted([](auto, auto f) {
+                             f.setSteps(3);
+                             f.setTokens(3 * kMaxTokensPerStep);
+                           }),
+                           out).has_value());
+  BOOST_TEST(inbox.receive(crafted([](auto, auto f) {
+                             f.setSteps(kMaxCounter);
+                             f.setTokens(kMaxCounter);
+                           }),
+                           out).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(nothing_in_a_rejected_fragment_reaches_the_global_parameters) {

@@ -158,6 +158,8 @@ std::vector<Field> fields(RunConfig& c) {
       {"merge", "staleness_discount", &c.merge.staleness_discount, "weight × discount^staleness"},
       {"merge", "partial_scale", &c.merge.partial_scale,
        "decoupled: a merge of n of L live islands applies n/L of the average (one outer step per period, not L)"},
+      {"merge", "max_delta_ratio", &c.merge.max_delta_ratio,
+       "decoupled: refuse an outer gradient whose RMS exceeds this × max(RMS of the global fragment, 1) (out_of_bounds)"},
 
       {"quorum", "min_islands", &c.quorum.min_islands, "K: contributions a round needs"},
       {"quorum", "grace", choice(&c.quorum.grace), "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},

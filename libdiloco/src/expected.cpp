@@ -24,6 +24,7 @@ std::string_view to_string(errc e) {
     case errc::checkpoint_mismatch: return "checkpoint_mismatch";
     case errc::missed_round: return "missed_round";
     case errc::stale_term: return "stale_term";
+    case errc::out_of_bounds: return "out_of_bounds";
   }
   return "unknown_error";
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <variant>
 
+#include "diloco/limits.hpp"
+
 namespace diloco {
 
 namespace {
@@ -288,10 +290,9 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     // that progress again. Only for a send θ holds (one made since the last heal, or by the
     // saved island restored), and never past the steps this island took, at most 2^24 tokens
     // each: a reply cannot inflate its weight without bound.
-    constexpr std::uint64_t max_tokens_per_step = std::uint64_t{1} << 24;
     const auto took = static_cast<std::uint64_t>(std::max(step_, 0L));
     if (keep_local && sent_seq_[i] != 0 && steps_[i] <= took && f.header.steps <= took - steps_[i] &&
-        f.header.tokens <= f.header.steps * max_tokens_per_step) {
+        f.header.tokens <= f.header.steps * kMaxTokensPerStep) {
       tokens_[i] += f.header.tokens;
       steps_[i] += f.header.steps;
     }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "diloco/limits.hpp"
@@ -75,6 +76,21 @@ MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment
   return st;
 }
 
+Status check_outer_gradient(std::span<const double> delta, std::span<const float> theta, const MergeConfig& cfg) {
+  if (delta.empty()) return {};
+  // In double, the squares of float values (at most 3.4e38) stay finite; so do their sums.
+  double d2 = 0.0, t2 = 0.0;
+  for (double x : delta) d2 += x * x;
+  for (float x : theta) t2 += static_cast<double>(x) * x;
+  const double rms_d = std::sqrt(d2 / static_cast<double>(delta.size()));
+  const double rms_t = theta.empty() ? 0.0 : std::sqrt(t2 / static_cast<double>(theta.size()));
+  if (rms_d <= cfg.max_delta_ratio * std::max(rms_t, 1.0)) return {};
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "outer gradient of RMS %.3g, more than %g × max(RMS(Θ) = %.3g, 1) (merge.max_delta_ratio)",
+                rms_d, cfg.max_delta_ratio, rms_t);
+  return Error{errc::out_of_bounds, buf};
+}
+
 double grace_window(const QuorumConfig& cfg, const RoundState& s) {
   if (cfg.grace == GraceRule::none) return 0.0;
   if (cfg.grace == GraceRule::fixed) return cfg.grace_s;
@@ -94,6 +110,7 @@ std::vector<std::string> validate(const MergeConfig& c) {
   std::vector<std::string> e;
   if (!(c.staleness_discount >= 0.0 && c.staleness_discount <= 1.0))
     e.push_back("merge.staleness_discount: must be in [0, 1]");
+  if (!(c.max_delta_ratio >= 1.0 && c.max_delta_ratio <= 1e6)) e.push_back("merge.max_delta_ratio: must be in [1, 1e6]");
   return e;
 }
 

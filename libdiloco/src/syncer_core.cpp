@@ -140,6 +140,14 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
   stats_.bytes_in += frame.size();
   const auto& h = got->header;
   const auto from = static_cast<std::size_t>(h.island);
+  theta_.resize(plan_->size(static_cast<int>(h.index)));
+  plan_->gather<float>(static_cast<int>(h.index), params_, theta_);
+  if (auto ok = check_outer_gradient(std::span<const double>(rx_).first(got->count), theta_, settings_.merge); !ok) {
+    refused_.add(ok.error().code);
+    settle(static_cast<int>(h.index), h);  // never to be merged: the island may count it done
+    return Error{ok.error().code, "island " + std::to_string(h.island) + "'s fragment " + std::to_string(h.index) +
+                                      " based on round " + std::to_string(h.base_round) + ": " + ok.error().reason};
+  }
   const bool kept_local = fresh_epoch_[from] != epochs_[from];  // its last join kept its parameters
   if (kept_local && h.seq >> 32 != epochs_[from] && this_life(h)) {
     ++stats_.withdrawn;
@@ -335,7 +343,8 @@ std::uint64_t SyncerCore::global_round() const { return global_round_of(rounds_)
 
 const SyncerStats& SyncerCore::stats() const {
   stats_.rejected = inbox_.rejected();
-  stats_.accepted = inbox_.accepted();
+  for (std::size_t k = 0; k < errc_count; ++k) stats_.rejected.by_code[k] += refused_.by_code[k];
+  stats_.accepted = inbox_.accepted() - refused_.total();
   stats_.dropped_stale = dropped_in_merge_ + stats_.rejected[errc::stale_round];
   return stats_;
 }

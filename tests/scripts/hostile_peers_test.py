@@ -13,7 +13,11 @@ Proves, from the processes' output and exit codes:
 - a second process for a live site is refused without disturbing the first, and takes over
   once the first is gone.
 
-usage: hostile_peers_test.py DILOCO SOURCE_DIR
+- a proven site that learnt the syncer's actor id (the sender of its island's welcome) and
+  writes an outer gradient of another site's island to it straight, past its relay, loses its
+  connection at the syncer's door; nothing of it reaches the syncer.
+
+usage: hostile_peers_test.py DILOCO SOURCE_DIR HOSTILE_SITE
 """
 import os
 import resource
@@ -28,7 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Proc, cleanup, fail, mkcerts, now, work_dirs  # noqa: E402
 
-DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+DILOCO, SRC, HOSTILE = (os.path.abspath(a) for a in sys.argv[1:4])
 CONFIG = os.path.join(SRC, "configs", "sites.toml")
 WORK = tempfile.mkdtemp(prefix="diloco-hostile-")
 work_dirs.append(WORK)
@@ -164,6 +168,22 @@ site_a.p.send_signal(signal.SIGKILL)
 killed = now()
 twin.wait_for(r"session 1 with the syncer .*mutual TLS", 30, killed)
 print(f"twin of site-a: refused while site-a lived, took over {now() - killed:.1f} s after kill -9 of site-a")
+
+# ---- a proven site writes to the syncer's actor id, past its relay ----
+# site-c proves itself, joins its own island 2 through its relay, learns the syncer's id from
+# the welcome and sends an outer gradient of site-a's island 0 to it: the relay would refuse it.
+probe = Proc("hostile-site-c", cwd=WORK, args=[HOSTILE, CONFIG, f"127.0.0.1:{port}", "site-c", "2", "0", certs])
+probed = now()
+if probe.wait_exit(90) != 0:
+    fail(f"the hostile site exited {probe.p.returncode}:\n{probe.text()}")
+probe.wait_for(r"island 2 welcomed by actor \d+ \(the syncer\)", 1)
+probe.wait_for(r"connection closed", 1)
+syncer.wait_for(r"closed a session for a bad frame: site-c .*to actor \d+, which was never handed to a peer", 10, probed)
+expect_alive(syncer, "a frame to its actor id from a proven site")
+if not twin.alive() or twin.matches(r"session lost", probed):
+    fail("site-a lost its session when site-c wrote to the syncer's id")
+print("proven site-c writing to the syncer's actor id past its relay: the door closed its connection; "
+      "the syncer and site-a's session live")
 
 # ---- rogue servers against a site ----
 class Rogue:

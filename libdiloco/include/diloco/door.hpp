@@ -156,4 +156,54 @@ private:
   std::map<std::string, std::size_t> per_address_;
 };
 
+/// The largest certificate a peer may present in its hello: 64 KiB of PEM (a chain of a few
+/// certificates is under 8 KiB). One larger is refused before it is kept for the proof.
+inline constexpr std::size_t kMaxCertificateBytes = 64 * 1024;
+
+/// The longest BASP payload a site or a follower replica has reason to send a syncer: an
+/// outer-gradient frame of the run's largest fragment (`largest_fragment_values`, at its
+/// largest encoding, max_frame_bytes) or a hello with its certificate, plus CAF's message
+/// header. A longer payload closes the connection before CAF buffers a byte of it.
+std::uint32_t peer_payload_bound(std::size_t largest_fragment_values);
+
+/// Challenges handed out and not yet answered, at most `capacity`: a newcomer past it drops
+/// the oldest. (The smallest key would do for a bound, but a peer choosing its keys could then
+/// push everyone else's challenges out while keeping its own.) A key asking again replaces its
+/// challenge and counts as new.
+template <class Key, class Value>
+class ChallengeTable {
+public:
+  explicit ChallengeTable(std::size_t capacity) : capacity_(capacity) {}
+
+  void put(const Key& key, Value value) {
+    map_.erase(key);
+    if (capacity_ == 0) return;
+    if (map_.size() >= capacity_) {
+      auto oldest = map_.begin();
+      for (auto it = map_.begin(); it != map_.end(); ++it)
+        if (it->second.seq < oldest->second.seq) oldest = it;
+      map_.erase(oldest);
+    }
+    map_.emplace(key, Entry{next_++, std::move(value)});
+  }
+  /// The challenge `key` was given, taken out of the table (nothing: none, or dropped).
+  std::optional<Value> take(const Key& key) {
+    auto it = map_.find(key);
+    if (it == map_.end()) return std::nullopt;
+    std::optional<Value> v{std::move(it->second.value)};
+    map_.erase(it);
+    return v;
+  }
+  std::size_t size() const { return map_.size(); }
+
+private:
+  struct Entry {
+    std::uint64_t seq;
+    Value value;
+  };
+  std::size_t capacity_;
+  std::uint64_t next_ = 0;
+  std::map<Key, Entry> map_;
+};
+
 }  // namespace diloco

@@ -36,8 +36,10 @@ enum class errc : std::uint8_t {
   checkpoint_mismatch,  // a valid checkpoint of a different model or fragment plan
   missed_round,         // a global delta from a round the island does not hold: it must heal (re-join)
   stale_term,           // a frame of a syncer leader's term older than the newest the receiver saw
+  out_of_bounds,        // finite values far beyond what the run can produce (an outer gradient
+                        // that would overflow the global parameters)
 };
-inline constexpr std::size_t errc_count = static_cast<std::size_t>(errc::stale_term) + 1;
+inline constexpr std::size_t errc_count = static_cast<std::size_t>(errc::out_of_bounds) + 1;
 
 /// Stable snake_case name of a code ("future_round").
 std::string_view to_string(errc e);

@@ -23,6 +23,11 @@ inline constexpr std::uint64_t kDefaultMemoryLimit = std::uint64_t{1} << 40;
 /// counter can neither wrap a sum nor make the syncer's state unreadable at its next restore.
 inline constexpr std::uint64_t kMaxCounter = std::uint64_t{1} << 62;
 
+/// The most tokens one step of one island may count: 2^24 (a batch of 16 Mi tokens). An outer
+/// gradient claiming more tokens than steps × this would weigh more in the token-weighted merge
+/// than any island can earn (merge.hpp), so frames are refused when decoded.
+inline constexpr std::uint64_t kMaxTokensPerStep = std::uint64_t{1} << 24;
+
 /// a + b, at most kMaxCounter: counters summed over many frames stay readable.
 inline constexpr std::uint64_t add_counters(std::uint64_t a, std::uint64_t b) {
   return a >= kMaxCounter || b >= kMaxCounter - a ? kMaxCounter : a + b;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "diloco/expected.hpp"
 #include "diloco/fragments.hpp"
 
 namespace diloco {
@@ -72,7 +73,16 @@ struct MergeConfig {
   bool partial_scale = true;         // a merge of n of the L live islands applies n/L of the
                                      // average: contributions that arrive one by one then add
                                      // up over a period to one full outer step, not L of them
+  double max_delta_ratio = 100.0;    // an outer gradient with RMS(δ) > this · max(RMS(Θ_p), 1)
+                                     // is refused (check_outer_gradient)
 };
+
+/// Whether an island's outer gradient δ for a fragment whose global parameters are `theta` is
+/// one a run can produce: RMS(δ) ≤ cfg.max_delta_ratio · max(RMS(Θ_p), 1). H inner steps move
+/// parameters by far less than 100 times their own size; a peer's finite but absurd values
+/// (3e38) would overflow Θ_p in float at the outer step and end the run. errc::out_of_bounds
+/// with both RMS values otherwise.
+Status check_outer_gradient(std::span<const double> delta, std::span<const float> theta, const MergeConfig& cfg);
 
 /// Weight of a contribution before staleness: 1, or tokens·(tokens/steps) (quantity × quality).
 double contribution_weight(const Contribution& c, Weighting weighting);

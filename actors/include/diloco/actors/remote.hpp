@@ -99,9 +99,10 @@ PeerMessages peer_messages(std::shared_ptr<const PeerReceivers> receivers);
 /// `tls`, certificate CN = a site of the roster; none under --insecure), held to the
 /// handshake bounds of [net], and spliced to the gateway CAF published on loopback at
 /// `caf_port`; their messages may address the actors in `receivers` only (the gateway's
-/// GatewayOptions::receivers). Throws std::runtime_error when `at` cannot be bound.
-std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const Endpoint& at, std::uint16_t caf_port,
-                                       const TlsFiles* tls, NetLog log,
+/// GatewayOptions::receivers), and be no longer than a fragment frame of `plan`'s largest
+/// fragment (peer_payload_bound). Throws std::runtime_error when `at` cannot be bound.
+std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const FragmentPlan& plan, const Endpoint& at,
+                                       std::uint16_t caf_port, const TlsFiles* tls, NetLog log,
                                        std::shared_ptr<const PeerReceivers> receivers);
 /// The door of a site process: its CAF dials the returned door's loopback port, and the door
 /// dials the syncer at `syncer`, requiring (with `tls`) a certificate for net.syncer_name.
