@@ -18,11 +18,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(wire_message fragment_inbox codec checkpoint config site_frame)
+all_targets=(wire_message fragment_inbox codec checkpoint config site_frame site_session)
 # Largest input per target: a bit above the largest seed, so the fuzzer explores the structure
 # of the inputs instead of ever longer ones (a longer input costs time and finds nothing new).
 declare -A max_len=([wire_message]=4096 [fragment_inbox]=4096 [codec]=1024 [checkpoint]=4096
-                    [config]=4096 [site_frame]=4096)
+                    [config]=4096 [site_frame]=4096 [site_session]=8192)
 
 seconds=60
 runs=-1

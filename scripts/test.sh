@@ -45,12 +45,13 @@ failed=()
 # ---- AddressSanitizer + UndefinedBehaviorSanitizer ----
 # Instrumented compiles are what cost the time (about 62 min for the whole tree on 2 cores, README):
 # after the plain suite only the code that reads bytes from the network and from disk is built this
-# way, the decoders (Cap'n Proto frames, codecs, checkpoints, configuration, site frames) with their
+# way, the decoders (Cap'n Proto frames, codecs, checkpoints, configuration, site frames, the front
+# door's BASP rules) with their
 # tests and their fuzz corpus replays, and the actor runtime with its tests (the app's HTTP server
 # and end-to-end runs are what the rest would cost); `--sanitize` builds and runs everything.
 actor_tests=(test_supervisor_actor test_runtime_actors test_lockstep)
-asan_targets=(test_codec test_wire test_checkpoint replay_wire_message replay_fragment_inbox replay_codec
-          replay_checkpoint replay_config replay_site_frame "${actor_tests[@]}")
+asan_targets=(test_codec test_wire test_checkpoint test_door replay_wire_message replay_fragment_inbox replay_codec
+          replay_checkpoint replay_config replay_site_frame replay_site_session "${actor_tests[@]}")
 # halt_on_error: a UBSan report fails the test (the checks stay recoverable so that suppressions work).
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
@@ -63,7 +64,7 @@ if ((asan_all)); then
 else
   cmake -S . -B build-asan "${common[@]}" -DDILOCO_SANITIZE=address,undefined -DDILOCO_BUILD_APPS=OFF
   cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
-  select=(-R "^(test_codec|test_wire|test_checkpoint|fuzz_corpus_replays_through_.*|test_supervisor_actor|test_runtime_actors|test_lockstep)\$")
+  select=(-R "^(test_codec|test_wire|test_checkpoint|test_door|fuzz_corpus_replays_through_.*|test_supervisor_actor|test_runtime_actors|test_lockstep)\$")
 fi
 echo "asan+ubsan build: $((SECONDS - start)) s"
 start=$SECONDS

@@ -275,6 +275,8 @@ BOOST_AUTO_TEST_CASE(contribution_repeating_merged_progress_is_not_applied_twice
   BOOST_REQUIRE(!again);
   BOOST_TEST((again.error().code == errc::stale_round));
   BOOST_TEST(s.stats().overlapping == 1u);
+  BOOST_TEST(s.stats().rejected[errc::stale_round] == 1u);  // refused, and counted as refusals are
+  BOOST_TEST(s.stats().accepted == 2u);
   BOOST_TEST(s.pending(0) == 0);
   BOOST_REQUIRE(s.receive(delta_frame(1, 1, 1.0f), 0.5));
   BOOST_REQUIRE(s.receive(delta_frame(0, 1, 1.0f), 0.6));
@@ -308,6 +310,8 @@ BOOST_AUTO_TEST_CASE(an_island_rejoining_with_its_parameters_has_its_earlier_sen
   BOOST_TEST(late.error().message().find("re-joined keeping its parameters") != std::string::npos);
   BOOST_TEST(s.stats().withdrawn == 2u);
   BOOST_TEST(s.stats().dropped_stale == 2u);
+  BOOST_TEST(s.stats().rejected[errc::stale_round] == 1u);  // the late one; the pending one was accepted
+  BOOST_TEST(s.stats().accepted == 1u);
   BOOST_TEST(s.poll(0.1).empty());
   BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f, 4, 0, e1 | 1), 0.2));
   BOOST_TEST(s.poll(0.2).empty());  // the quorum waits for island 0 again

@@ -151,14 +151,14 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
   const bool kept_local = fresh_epoch_[from] != epochs_[from];  // its last join kept its parameters
   if (kept_local && h.seq >> 32 != epochs_[from] && this_life(h)) {
     ++stats_.withdrawn;
-    ++dropped_in_merge_;
+    refused_.add(errc::stale_round);  // a refusal like any other: counted by code, not accepted
     return Error{errc::stale_round, "island " + std::to_string(h.island) + " re-joined keeping its parameters (epoch " +
                                         std::to_string(epochs_[from]) + "): its send of epoch " + std::to_string(h.seq >> 32) +
                                         " of fragment " + std::to_string(h.index) + " comes again from the new base"};
   }
   if (merged_base_[h.index][from] > h.base_round) {
     ++stats_.overlapping;
-    ++dropped_in_merge_;
+    refused_.add(errc::stale_round);
     settle(static_cast<int>(h.index), h);  // never to be merged: the island may count it done
     return Error{errc::stale_round, "island " + std::to_string(h.island) + " already had a contribution based on round " +
                                         std::to_string(h.base_round) + " of fragment " + std::to_string(h.index) +

@@ -100,6 +100,48 @@ int main(int argc, char** argv) {
     }
   }
 
+  // site_session: records of [path][u16 length][frame], path 3 a poll without length or frame.
+  {
+    struct Rec {
+      std::uint8_t path;
+      std::vector<std::byte> frame;
+    };
+    auto session = [](const std::vector<Rec>& recs) {
+      std::vector<std::byte> b;
+      for (const auto& r : recs) {
+        b.push_back(static_cast<std::byte>(r.path));
+        if (r.path == 3) continue;
+        b.push_back(static_cast<std::byte>(r.frame.size() & 0xff));
+        b.push_back(static_cast<std::byte>(r.frame.size() >> 8));
+        b.insert(b.end(), r.frame.begin(), r.frame.end());
+      }
+      return b;
+    };
+    auto fragment = [&](int island, std::uint32_t p, std::uint64_t base, Encoding enc, std::uint64_t seq) {
+      FragmentHeader h{FragmentKind::outer_gradient, island, p, base, 1024, 4};
+      h.seq = seq;
+      return *encode_fragment(h, CodecParams{enc, 16}, values(site_run.plan.size(static_cast<int>(p)), seq + p));
+    };
+    const Rec poll{3, {}};
+    put("site_session", "join_fragments_commit",
+        session({{0, encode_message(JoinRequest{1, 0})}, {2, fragment(1, 0, 0, Encoding::fp32, 1)}, poll,
+                 {2, fragment(2, 1, 0, Encoding::fp32, 1)}, poll}));
+    ProgressMessage done{1, 80, {}};
+    done.finished = true;
+    put("site_session", "progress_then_finish",
+        session({{1, encode_message(ProgressMessage{2, 40, {{0, 0, 640, 5}}})}, {2, fragment(1, 0, 0, Encoding::int8, 1)},
+                 {1, encode_message(done)}, poll}));
+    put("site_session", "two_rounds_int4",
+        session({{2, fragment(1, 0, 0, Encoding::int4, 1)}, poll, {2, fragment(1, 0, 1, Encoding::int4, 2)},
+                 {2, fragment(2, 0, 1, Encoding::int4, 1)}, poll}));
+    put("site_session", "rejoin_withdraws",
+        session({{0, encode_message(JoinRequest{2, 0})}, {2, fragment(2, 1, 0, Encoding::bf16, 1)},
+                 {0, encode_message(JoinRequest{2, 1, true})}, {2, fragment(2, 1, 0, Encoding::bf16, 1)}, poll}));
+    std::vector<std::byte> junk(40, std::byte{0x5a});
+    put("site_session", "junk_between",
+        session({{2, fragment(1, 1, 0, Encoding::fp32, 1)}, {2, junk}, {0, junk}, poll}));
+  }
+
   // config: the defaults, every key, and a few shapes of TOML the loader must take or refuse.
   const std::string defaults = default_config_toml();
   put("config", "defaults", defaults.data(), defaults.size());

@@ -235,7 +235,8 @@ private:
   std::vector<std::uint64_t> last_step_;  // [island]: last local step heard of (heard())
   Status health_;
   FragmentInbox inbox_;
-  RejectCounts refused_;         // frames the inbox accepted and receive() refused (out_of_bounds)
+  RejectCounts refused_;         // frames the inbox accepted and receive() refused (out_of_bounds,
+                                 // stale_round for withdrawn and overlapping sends)
   mutable SyncerStats stats_;
   std::uint64_t dropped_in_merge_ = 0;
   std::uint64_t snapshot_round_ = 0;
