@@ -501,7 +501,7 @@ std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const FragmentPlan&
   DoorOptions d;
   std::size_t largest = 0;
   for (int p = 0; p < plan.count(); ++p) largest = std::max(largest, plan.size(p));
-  d.max_payload = peer_payload_bound(largest);
+  d.max_payload = peer_payload_bound(largest, static_cast<std::size_t>(plan.count()));
   d.role = DoorOptions::Role::syncer;
   d.listen = at;
   d.forward = Endpoint{"127.0.0.1", caf_port};

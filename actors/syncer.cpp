@@ -276,6 +276,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   s.outer = c.outer;
   s.snapshot_every = c.syncer.snapshot_every;
   s.term = rt->leader_term;
+  // An island's step counts the targets of one batch, at most batch × seq_len of them (chip_share).
+  s.max_tokens_per_step = static_cast<std::uint64_t>(c.train.batch) * (static_cast<std::uint64_t>(c.model.seq_len) + 1);
   s.broadcast = CodecParams{*parse_encoding(c.fragments.broadcast_encoding), static_cast<std::uint32_t>(c.fragments.block_size)};
   s.broadcast_to = c.fragments.broadcast_to;
   if (rt->synchronous()) {

@@ -264,15 +264,19 @@ BOOST_AUTO_TEST_CASE(a_peers_payload_is_bounded_by_the_runs_largest_fragment_fra
   const std::size_t largest = 1 << 20;
   WireLimits l;
   l.max_fragment_values = largest;
-  const auto bound = peer_payload_bound(largest);
+  const auto bound = peer_payload_bound(largest, 2);
   BOOST_TEST(bound >= max_frame_bytes(MessageType::fragment, l));
   BOOST_TEST(bound < max_frame_bytes(MessageType::fragment, l) + 128 * 1024);
-  BOOST_TEST(peer_payload_bound(4) > kMaxCertificateBytes);
-  BOOST_TEST(peer_payload_bound(4) < 256u * 1024);
+  BOOST_TEST(peer_payload_bound(4, 2) > kMaxCertificateBytes);
+  BOOST_TEST(peer_payload_bound(4, 2) < 256u * 1024);
+  // A progress report of many fragments fits too.
+  WireLimits many;
+  many.max_fragments = 4096;
+  BOOST_TEST(peer_payload_bound(4, 4096) >= max_frame_bytes(MessageType::progress, many));
   // Past what a frame may carry at all, the door's own bound.
-  BOOST_TEST(peer_payload_bound(std::size_t{1} << 40) <= (std::uint32_t{1} << 31));
+  BOOST_TEST(peer_payload_bound(std::size_t{1} << 40, 2) <= (std::uint32_t{1} << 31));
   // A payload over the bound closes the connection at its header.
-  const auto small = peer_payload_bound(4);
+  const auto small = peer_payload_bound(4, 2);
   BaspFilter f(BaspSender::client, small);
   BOOST_REQUIRE(ok_(f.feed(cat({frame(1, 40), frame(2, small, 0, 7, 9)}))));
   auto over = f.feed(frame(2, small + 1, 0, 7, 9));

@@ -191,12 +191,12 @@ std::vector<BadFrame> malformed_table() {
                "at most 4611686018427387904 each"});
   t.push_back({"absurd_steps", crafted([](auto, auto f) { f.setSteps(std::uint64_t{1} << 63); }), errc::bad_counters,
                "9223372036854775808 steps"});
-  // More tokens than steps × 2^24 would outweigh every island in the token-weighted merge.
+  // More tokens than steps × 2^31 (what any configuration's batch may hold) is no island's.
   t.push_back({"tokens_per_step", crafted([](auto, auto f) {
                  f.setSteps(3);
                  f.setTokens(3 * kMaxTokensPerStep + 1);
                }),
-               errc::bad_counters, "50331649 tokens in 3 steps, more than 16777216 per step"});
+               errc::bad_counters, "6442450945 tokens in 3 steps, more than 2147483648 per step"});
   return t;
 }
 
@@ -360,10 +360,26 @@ BOOST_AUTO_TEST_CASE(malformed_frames_are_rejected_with_their_reason_and_counted
   for (std::size_t c = 0; c < errc_count; ++c) BOOST_TEST(inbox.rejected().by_code[c] == want.by_code[c]);
 }
 
-BOOST_AUTO_TEST_CASE(tokens_up_to_two_to_the_24_per_step_are_accepted_however_many_the_steps) {
-  FragmentInbox inbox(syncer_context());
+BOOST_AUTO_TEST_CASE(tokens_up_to_the_runs_batch_per_step_are_accepted_however_many_the_steps) {
+  auto ctx = syncer_context();
+  ctx.max_tokens_per_step = 1000;  // a run whose island steps count at most 1000 tokens
+  FragmentInbox run(ctx);
   std::vector<float> out(kN);
-  // 2^24 tokens per step exactly, and 2^62 steps of one token each (steps × 2^24 would wrap).
+  BOOST_TEST(run.receive(crafted([](auto, auto f) {
+                           f.setSteps(4);
+                           f.setTokens(4000);
+                         }),
+                         out).has_value());
+  auto more = run.receive(crafted([](auto, auto f) {
+                            f.setSteps(4);
+                            f.setTokens(4001);  // one token more than four steps can count: outweighs the rest
+                          }),
+                          out);
+  BOOST_REQUIRE(!more);
+  BOOST_TEST((more.error().code == errc::bad_counters));
+  BOOST_TEST(more.error().reason.find("4001 tokens in 4 steps, more than 1000 per step") != std::string::npos);
+  FragmentInbox inbox(syncer_context());
+  // 2^31 tokens per step exactly, and 2^62 steps of one token each (steps × 2^31 would wrap).
   BOOST_TEST(inbox.receive(crafted([](auto, auto f) {
                              f.setSteps(3);
                              f.setTokens(3 * kMaxTokensPerStep);

@@ -279,13 +279,16 @@ std::size_t DoorAdmission::pending_from(const std::string& address) const {
   return it == per_address_.end() ? 0 : it->second;
 }
 
-std::uint32_t peer_payload_bound(std::size_t largest_fragment_values) {
+std::uint32_t peer_payload_bound(std::size_t largest_fragment_values, std::size_t fragments) {
   // CAF's message header (type names, sender and receiver) and a hello's name and join ask
   // fit many times over in what is left beside the certificate.
   constexpr std::size_t envelope = 64 * 1024;
   WireLimits l;
   l.max_fragment_values = std::min(l.max_fragment_values, largest_fragment_values);
-  const std::size_t bound = std::max(max_frame_bytes(MessageType::fragment, l), kMaxCertificateBytes) + envelope;
+  l.max_fragments = std::min(l.max_fragments, std::max<std::size_t>(fragments, 1));
+  const std::size_t bound = std::max({max_frame_bytes(MessageType::fragment, l), max_frame_bytes(MessageType::progress, l),
+                                      kMaxCertificateBytes}) +
+                            envelope;
   return static_cast<std::uint32_t>(std::min<std::size_t>(bound, std::uint32_t{1} << 31));
 }
 

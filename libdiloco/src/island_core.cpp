@@ -288,11 +288,11 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     if (!keep_local) tokens_[i] = steps_[i] = 0;
     // Keeping θ: the counters of a send the syncer withdrew come back, for the next send carries
     // that progress again. Only for a send θ holds (one made since the last heal, or by the
-    // saved island restored), and never past the steps this island took, at most 2^24 tokens
+    // saved island restored), and never past the steps this island took, at most 2^31 tokens
     // each: a reply cannot inflate its weight without bound.
     const auto took = static_cast<std::uint64_t>(std::max(step_, 0L));
     if (keep_local && sent_seq_[i] != 0 && steps_[i] <= took && f.header.steps <= took - steps_[i] &&
-        f.header.tokens <= f.header.steps * kMaxTokensPerStep) {
+        within_tokens_per_step(f.header.tokens, f.header.steps, kMaxTokensPerStep)) {
       tokens_[i] += f.header.tokens;
       steps_[i] += f.header.steps;
     }

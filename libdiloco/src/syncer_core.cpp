@@ -94,6 +94,7 @@ WireContext context_for(const FragmentPlan& plan, const SyncerSettings& s) {
   ctx.islands = s.islands;
   ctx.accept = FragmentKind::outer_gradient;
   ctx.max_staleness = s.merge.max_staleness;
+  ctx.max_tokens_per_step = s.max_tokens_per_step;
   return ctx;
 }
 }  // namespace

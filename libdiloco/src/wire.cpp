@@ -560,10 +560,9 @@ Status check_fragment(const FragmentHeader& h, std::size_t count, const WireCont
     if (h.steps == 0 || h.tokens == 0)
       return Error{errc::bad_counters, "outer gradient covers " + num(h.tokens) + " tokens in " + num(h.steps) +
                                            " steps; both must be positive"};
-    // tokens > steps × 2^24, by division (the product of two counters of 2^62 would wrap).
-    if (h.tokens / h.steps > kMaxTokensPerStep || (h.tokens / h.steps == kMaxTokensPerStep && h.tokens % h.steps != 0))
+    if (!within_tokens_per_step(h.tokens, h.steps, ctx.max_tokens_per_step))
       return Error{errc::bad_counters, "outer gradient covers " + num(h.tokens) + " tokens in " + num(h.steps) +
-                                           " steps, more than " + num(kMaxTokensPerStep) + " per step"};
+                                           " steps, more than " + num(ctx.max_tokens_per_step) + " per step"};
   } else if (h.kind == FragmentKind::gradient) {
     // ddp is synchronous: a gradient belongs to exactly the current step.
     if (h.base_round > round)

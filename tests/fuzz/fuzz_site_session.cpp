@@ -59,7 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (f->island != run.site_islands[0] && f->island != run.site_islands[1]) __builtin_trap();
     switch (want) {
       case MessageType::join_request: {
-        const auto reply = encode_message(core.join_reply(f->island));
+        const bool keeps = std::get<JoinRequest>(f->message).keeps_local;  // a re-join withdraws its sends
+        const auto reply = encode_message(core.join_reply(f->island, keeps));
         auto back = decode_message(reply);
         if (!back || !std::holds_alternative<JoinReply>(*back)) __builtin_trap();
         if (std::get<JoinReply>(*back).fragments.size() != static_cast<std::size_t>(P)) __builtin_trap();

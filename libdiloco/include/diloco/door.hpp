@@ -162,9 +162,10 @@ inline constexpr std::size_t kMaxCertificateBytes = 64 * 1024;
 
 /// The longest BASP payload a site or a follower replica has reason to send a syncer: an
 /// outer-gradient frame of the run's largest fragment (`largest_fragment_values`, at its
-/// largest encoding, max_frame_bytes) or a hello with its certificate, plus CAF's message
-/// header. A longer payload closes the connection before CAF buffers a byte of it.
-std::uint32_t peer_payload_bound(std::size_t largest_fragment_values);
+/// largest encoding, max_frame_bytes), a progress report of its `fragments`, or a hello with
+/// its certificate, plus CAF's message header. A longer payload closes the connection before
+/// CAF buffers a byte of it.
+std::uint32_t peer_payload_bound(std::size_t largest_fragment_values, std::size_t fragments);
 
 /// Challenges handed out and not yet answered, at most `capacity`: a newcomer past it drops
 /// the oldest. (The smallest key would do for a bound, but a peer choosing its keys could then

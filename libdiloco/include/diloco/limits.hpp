@@ -23,10 +23,17 @@ inline constexpr std::uint64_t kDefaultMemoryLimit = std::uint64_t{1} << 40;
 /// counter can neither wrap a sum nor make the syncer's state unreadable at its next restore.
 inline constexpr std::uint64_t kMaxCounter = std::uint64_t{1} << 62;
 
-/// The most tokens one step of one island may count: 2^24 (a batch of 16 Mi tokens). An outer
-/// gradient claiming more tokens than steps × this would weigh more in the token-weighted merge
-/// than any island can earn (merge.hpp), so frames are refused when decoded.
-inline constexpr std::uint64_t kMaxTokensPerStep = std::uint64_t{1} << 24;
+/// The most tokens one step of one island may count in any run: 2^31, the bound a configuration's
+/// batch × (seq_len + 1) is held to. A run's syncer holds outer gradients to its own batch
+/// (WireContext::max_tokens_per_step): claiming more tokens than steps × that would weigh more in
+/// the token-weighted merge than any island can earn (merge.hpp).
+inline constexpr std::uint64_t kMaxTokensPerStep = std::uint64_t{1} << 31;
+
+/// tokens ≤ steps × per_step, without the product (which can wrap for counters up to 2^62).
+inline constexpr bool within_tokens_per_step(std::uint64_t tokens, std::uint64_t steps, std::uint64_t per_step) {
+  if (steps == 0) return tokens == 0;
+  return tokens / steps < per_step || (tokens / steps == per_step && tokens % steps == 0);
+}
 
 /// a + b, at most kMaxCounter: counters summed over many frames stay readable.
 inline constexpr std::uint64_t add_counters(std::uint64_t a, std::uint64_t b) {

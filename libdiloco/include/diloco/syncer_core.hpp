@@ -35,6 +35,8 @@ struct SyncerSettings {
   long snapshot_every = 0;       // global rounds between snapshots on disk (0: never; snapshot_due)
   std::uint64_t term = 0;        // a replicated syncer's leader: its term, carried by every frame it
                                  // encodes (sites refuse older terms); 0 otherwise
+  std::uint64_t max_tokens_per_step = kMaxTokensPerStep;  // the most tokens an island's step counts
+                                 // (the run's batch): outer gradients claiming more are refused
 };
 
 /// What one commit of one fragment did.

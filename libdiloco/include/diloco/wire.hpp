@@ -13,6 +13,7 @@
 
 #include "diloco/codec.hpp"
 #include "diloco/expected.hpp"
+#include "diloco/limits.hpp"
 
 namespace diloco {
 
@@ -174,6 +175,7 @@ struct WireContext {
   int islands = 0;                          // known senders of outer gradients: 0..islands-1
   FragmentKind accept = FragmentKind::outer_gradient;
   std::uint64_t max_staleness = 4;          // outer gradients older than this many rounds are stale
+  std::uint64_t max_tokens_per_step = kMaxTokensPerStep;  // an outer gradient's tokens / steps, at most
   WireLimits limits;
 };
 
