@@ -65,7 +65,8 @@ struct SyncerStats {
                                  // dropped_stale too)
   std::uint64_t commits = 0;
   std::uint64_t merged = 0;
-  std::uint64_t dropped_stale = 0;   // stale_round rejections + staleness drops in merges
+  std::uint64_t dropped_stale = 0;   // stale_round rejections + staleness drops in merges +
+                                     // pending sends withdrawn at a join that kept θ
   std::uint64_t merged_tokens = 0;   // Σ over commits of merged tokens
   std::uint64_t withdrawn = 0;       // outer gradients of an island that re-joined keeping its
                                      // parameters, sent before that join (pending here, or still on
