@@ -44,6 +44,8 @@ struct RelayState {
   caf::actor syncer;
   caf::actor connector;
   std::map<int, caf::actor_addr> joined;  // island → its proxy (for a heartbeat loss)
+  JoinThrottle joins{0.0};                // each join costs the syncer a whole model: spaced out per island
+  std::map<int, std::pair<caf::strong_actor_ptr, WireFrame>> waiting_joins;  // island → its newest join, and who sent it
   double last_heard = 0.0;
   bool closing = false;
 };
@@ -55,6 +57,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
   st.syncer = syncer;
   st.connector = connector;
   st.last_heard = detail::now_s(self);
+  st.joins = JoinThrottle(rt->cfg.net.join_interval_ms / 1000.0);
   self->monitor(syncer);
   self->monitor(connector);
   const caf::node_id peer = connector.node();
@@ -105,8 +108,28 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
       [=](join_atom a, WireFrame& w) {
         const int i = admit(w, MessageType::join_request);
         if (i < 0) return;
-        self->state.joined[i] = caf::actor_cast<caf::actor_addr>(self->current_sender());
-        self->delegate(self->state.syncer, a, std::move(w));
+        auto& st = self->state;
+        const double now = detail::now_s(self);
+        const auto at = st.joins.arrive(i, now);
+        if (at && *at <= now) {
+          st.joined[i] = caf::actor_cast<caf::actor_addr>(self->current_sender());
+          self->delegate(st.syncer, a, std::move(w));
+          return;
+        }
+        // Within the interval of the island's last join: it waits, the newest in place of any waiting one.
+        st.waiting_joins[i] = {self->current_sender(), std::move(w)};
+        if (at) self->delayed_send(self, detail::micros(*at - now), a, static_cast<std::uint64_t>(i));
+      },
+      [=](join_atom a, std::uint64_t island) {
+        // The moment of island's waiting join came (this relay's own timer; from anyone else ignored).
+        auto& st = self->state;
+        const auto& from = self->current_sender();
+        if (!from || from.get() != self->ctrl()) return;
+        auto it = st.waiting_joins.find(static_cast<int>(island));
+        if (!st.joins.release(static_cast<int>(island), detail::now_s(self)) || it == st.waiting_joins.end()) return;
+        st.joined[it->first] = caf::actor_cast<caf::actor_addr>(it->second.first);
+        caf::send_as(caf::actor_cast<caf::actor>(it->second.first), st.syncer, a, std::move(it->second.second));
+        st.waiting_joins.erase(it);
       },
       [=](progress_atom a, WireFrame& w) {
         const int i = admit(w, MessageType::progress);
@@ -499,9 +522,7 @@ std::unique_ptr<Door> open_syncer_door(const RunConfig& cfg, const FragmentPlan&
                                        std::uint16_t caf_port, const TlsFiles* tls, NetLog log,
                                        std::shared_ptr<const PeerReceivers> receivers) {
   DoorOptions d;
-  std::size_t largest = 0;
-  for (int p = 0; p < plan.count(); ++p) largest = std::max(largest, plan.size(p));
-  d.max_payload = peer_payload_bound(largest, static_cast<std::size_t>(plan.count()));
+  d.max_payload = peer_payload_bound(plan.largest(), static_cast<std::size_t>(plan.count()));
   d.role = DoorOptions::Role::syncer;
   d.listen = at;
   d.forward = Endpoint{"127.0.0.1", caf_port};

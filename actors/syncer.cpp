@@ -227,6 +227,10 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   else return diverged(-1, sent.error().reason);
   for (const auto& c : commits) {
     ++rt.syncer.commits;
+    rt.syncer.clipped += c.clipped.size();
+    for (int island : c.clipped)
+      spdlog::warn("syncer: island {}'s outer gradient of fragment {} was clipped to {} × the median norm of its recent ones (round {})",
+                   island, c.fragment, rt.cfg.merge.clip_ratio, c.round);
     rt.syncer.merged_tokens = st.core->stats().merged_tokens;
     for (auto& [key, n] : st.accepted) {
       if (key.second != c.fragment) continue;
@@ -276,7 +280,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   s.outer = c.outer;
   s.snapshot_every = c.syncer.snapshot_every;
   s.term = rt->leader_term;
-  // An island's step counts the targets of one batch, at most batch × seq_len of them (chip_share).
+  // An island's step counts the targets of one batch, at most batch × seq_len of them (chip_share);
+  // the bound allows batch × (seq_len + 1), one token a window of slack.
   s.max_tokens_per_step = static_cast<std::uint64_t>(c.train.batch) * (static_cast<std::uint64_t>(c.model.seq_len) + 1);
   s.broadcast = CodecParams{*parse_encoding(c.fragments.broadcast_encoding), static_cast<std::uint32_t>(c.fragments.block_size)};
   s.broadcast_to = c.fragments.broadcast_to;

@@ -246,9 +246,11 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
     std::printf(" (entropy floor %.4f, unigram entropy %.4f)", *floor, rt.corpus.unigram_entropy());
   std::printf(", %llu tokens in %.1f s (%.0f tok/s), %.2f MB on the wire", static_cast<unsigned long long>(t.tokens),
               end.seconds, t.tokens / std::max(end.seconds, 1e-9), t.bytes_sent / 1e6);
-  std::printf("; %llu fragment commits, %llu late contributions dropped, %llu frames refused\n",
+  std::printf("; %llu fragment commits, %llu late contributions dropped, %llu frames refused",
               static_cast<unsigned long long>(t.commits), static_cast<unsigned long long>(t.dropped_stale),
               static_cast<unsigned long long>(t.rejected));
+  if (t.clipped > 0) std::printf(", %llu outer gradients clipped", static_cast<unsigned long long>(t.clipped));
+  std::printf("\n");
   std::printf("goodput %.1f%%: %.1f of %.1f chip-seconds reached the global model (lost: %.1f to failures, %.1f to "
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
               100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
@@ -291,6 +293,7 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"rounds", end.rounds},
                      {"commits", t.commits},
                      {"dropped_stale", t.dropped_stale},
+                     {"clipped", t.clipped},
                      {"adoptions_rebased", t.rebased},
                      {"adoptions_mixed", t.mixed},
                      {"invariant_violations", end.violations},

@@ -2,7 +2,9 @@
 // of the roster would, proves its identity, joins one of its own islands through the relay it is
 // given, and so learns the syncer's actor id as the sender of the welcome. Then it writes an
 // outer gradient for another site's island to that id straight, past the relay that would
-// refuse it. The syncer's door must close the connection instead of delivering it.
+// refuse it. The syncer's door must close the connection instead of delivering it. Before that,
+// it asks for its island's join 40 times in a burst: each answer is the whole model, so the
+// relay spaces joins out (net.join_interval_ms) and the burst is answered once or twice.
 //
 // usage: hostile_site CONFIG HOST:PORT SITE ISLAND VICTIM_ISLAND [CERTS_DIR]
 // Prints what it did, one line per step; exit 0 once the connection is closed, 1 otherwise.
@@ -107,6 +109,16 @@ int main(int argc, char** argv) {
   if (!syncer || values == 0) return fail("no welcome for island " + std::to_string(island));
   std::printf("hostile site: island %d welcomed by actor %llu (the syncer), fragment 0 holds %zu values\n", island,
               static_cast<unsigned long long>(syncer.id()), values);
+
+  // A burst of joins: the relay lets one through per interval, the newest waiting.
+  const int burst = 40;
+  for (int k = 0; k < burst; ++k) self->send(s.relay, join_atom::value, wire(encode_message(JoinRequest{island, 1, false})));
+  int answers = 0;
+  bool quiet = false;
+  self->receive_while([&] { return !quiet; })(
+      [&](welcome_atom, const WireFrame&) { ++answers; },
+      caf::after(std::chrono::milliseconds(2500)) >> [&] { quiet = true; });
+  std::printf("hostile site: %d joins in a burst were answered %d times\n", burst, answers);
 
   // Another site's island's outer gradient, written to the syncer's id: the relay would refuse it.
   self->monitor(syncer);

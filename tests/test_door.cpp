@@ -259,6 +259,30 @@ BOOST_AUTO_TEST_CASE(unanswered_challenges_are_bounded_oldest_first_whatever_the
   BOOST_TEST(t.take(1099).has_value());
 }
 
+BOOST_AUTO_TEST_CASE(a_site_asking_to_join_again_and_again_is_answered_once_an_interval) {
+  JoinThrottle t(1.0);
+  // The first join of an island passes at once, and so does another island's.
+  BOOST_TEST(t.arrive(2, 10.0).value() == 10.0);
+  BOOST_TEST(t.arrive(3, 10.1).value() == 10.1);
+  // Again within the interval: it waits until the interval is over ...
+  BOOST_TEST(t.arrive(2, 10.2).value() == 11.0);
+  BOOST_TEST(t.waiting() == 1u);
+  // ... and a burst while it waits only replaces it: no more moments to wait for.
+  for (int k = 0; k < 1000; ++k) BOOST_TEST(!t.arrive(2, 10.3 + k * 1e-4));
+  BOOST_TEST(t.release(2, 11.0));
+  BOOST_TEST(!t.release(2, 11.0));  // one waited, one passed
+  BOOST_TEST(t.waiting() == 0u);
+  // The interval counts from the join that passed last.
+  BOOST_TEST(t.arrive(2, 11.5).value() == 12.0);
+  BOOST_TEST(t.release(2, 12.0));
+  BOOST_TEST(t.arrive(2, 13.0).value() == 13.0);
+  // Nothing waits for a release that never was asked for.
+  BOOST_TEST(!t.release(7, 20.0));
+  // Interval 0: every join passes at once.
+  JoinThrottle off(0.0);
+  for (int k = 0; k < 3; ++k) BOOST_TEST(off.arrive(1, 5.0).value() == 5.0);
+}
+
 BOOST_AUTO_TEST_CASE(a_peers_payload_is_bounded_by_the_runs_largest_fragment_frame) {
   // Fits the largest fragment's frame at its largest encoding, and a hello's certificate.
   const std::size_t largest = 1 << 20;

@@ -157,3 +157,39 @@ BOOST_AUTO_TEST_CASE(a_slow_quorum_leaves_no_grace) {
   q.grace = GraceRule::none;
   BOOST_TEST(decide(q, s, 5.0).merge);
 }
+
+BOOST_AUTO_TEST_CASE(norm_clip_bounds_by_the_median_of_recent_norms_once_it_has_enough) {
+  NormClip clip(10.0, 8);  // bounds once max(3, 8/4) = 3 norms are known
+  BOOST_TEST(std::isinf(clip.bound()));
+  clip.record(1.0);
+  clip.record(3.0);
+  BOOST_TEST(std::isinf(clip.bound()));  // two norms say nothing yet
+  clip.record(2.0);
+  BOOST_TEST(clip.bound() == 20.0);      // 10 × median(1, 3, 2)
+  // One huge norm among them does not move the median: a minority cannot raise its own bound.
+  clip.record(1e6);
+  clip.record(2.0);
+  BOOST_TEST(clip.bound() == 20.0);
+  // The window forgets the oldest: eight norms of 5 later, the median is 5.
+  for (int i = 0; i < 8; ++i) clip.record(5.0);
+  BOOST_TEST(clip.bound() == 50.0);
+  clip.clear();
+  BOOST_TEST(std::isinf(clip.bound()));
+  // Contributions of zeros are not counted: they would drive the bound to 0.
+  for (int i = 0; i < 20; ++i) clip.record(0.0);
+  BOOST_TEST(std::isinf(clip.bound()));
+  for (int i = 0; i < 3; ++i) clip.record(1.0);
+  BOOST_TEST(clip.bound() == 10.0);
+}
+
+BOOST_AUTO_TEST_CASE(norm_clip_with_ratio_zero_never_bounds) {
+  NormClip off(0.0, 8);
+  for (int i = 0; i < 20; ++i) off.record(1.0);
+  BOOST_TEST(std::isinf(off.bound()));
+  MergeConfig cfg;
+  cfg.clip_ratio = 0.5;
+  BOOST_TEST(validate(cfg).size() == 1u);
+  cfg.clip_ratio = 0.0;
+  cfg.clip_window = 0;
+  BOOST_TEST(validate(cfg).size() == 1u);
+}

@@ -801,3 +801,83 @@ BOOST_AUTO_TEST_CASE(syncer_metadata_that_is_not_a_number_is_refused_and_restore
   BOOST_REQUIRE(!st);
   BOOST_TEST((st.error().code == errc::checkpoint_mismatch));
 }
+
+// ---- a proven peer that sends the largest outer gradient it may, every round ----
+
+namespace {
+
+// One hostile island of four sends, every round, an outer gradient just under the ratio bound
+// (merge.max_delta_ratio × max(RMS(Θ), 1)), all in one direction; three honest ones send small
+// noise. Returns the syncer after `rounds` rounds (or the first that left Θ non-finite).
+struct HostileRun {
+  SyncerStats stats;
+  Status health;
+  double rms = 0.0;
+  int rounds = 0;
+  bool honest_clipped = false;
+};
+
+HostileRun run_with_a_hostile_island(double clip_ratio, int rounds) {
+  Tiny t(64);
+  std::vector<float> init(64, 0.1f);
+  auto cfg = sgd_settings(4, 4);
+  cfg.merge = MergeConfig{};  // the defaults: token weights, RDA, partial scale, the bounds
+  cfg.merge.clip_ratio = clip_ratio;
+  cfg.outer.kind = "nesterov";
+  cfg.outer.lr = 0.7f;
+  cfg.outer.momentum = 0.9f;
+  SyncerCore s(t.plan, init, cfg);
+  std::mt19937 gen(7);
+  std::normal_distribution<float> noise(0.0f, 0.01f);
+  HostileRun out;
+  auto rms_of = [](std::span<const float> v) {
+    double s2 = 0;
+    for (float x : v) s2 += double(x) * x;
+    return std::sqrt(s2 / double(v.size()));
+  };
+  for (int r = 0; r < rounds && s.health(); ++r) {
+    const double bound = cfg.merge.max_delta_ratio * std::max(rms_of(s.params()), 1.0);
+    for (int island = 0; island < 4; ++island) {
+      FragmentHeader h;
+      h.island = island;
+      h.base_round = s.round(0);
+      h.tokens = 100;
+      h.steps = 10;
+      std::vector<float> v(64);
+      // At most the largest float: past it the bound allows what no frame can carry.
+      for (auto& x : v) x = island == 3 ? static_cast<float>(std::max(-0.99 * bound, -3e38)) : noise(gen);
+      BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, v).value(), double(r)));
+    }
+    const auto c = s.poll(double(r));
+    BOOST_REQUIRE_EQUAL(c.size(), 1u);
+    for (int island : c[0].clipped) out.honest_clipped = out.honest_clipped || island != 3;
+    out.rounds = r + 1;
+  }
+  out.stats = s.stats();
+  out.health = s.health();
+  out.rms = rms_of(s.params());
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_peer_sending_the_largest_outer_gradient_every_round_cannot_make_the_syncer_diverge) {
+  // Unclipped, the hostile island multiplies Θ by up to ~100 a round: Θ overflows and the run
+  // ends for everyone within tens of rounds. This is what the clip prevents.
+  const auto unclipped = run_with_a_hostile_island(0.0, 300);
+  BOOST_TEST_MESSAGE("unclipped: non-finite after " << unclipped.rounds << " rounds");
+  BOOST_TEST(!unclipped.health);
+  BOOST_TEST(unclipped.rounds < 60);
+  // Clipped to 10 × the median of recent norms (the default), Θ drifts by a bounded step a round
+  // once the first 8 norms are in (the first two rounds here go unclipped).
+  const auto clipped = run_with_a_hostile_island(MergeConfig{}.clip_ratio, 300);
+  BOOST_TEST_MESSAGE("clipped: RMS(Θ) " << clipped.rms << " after " << clipped.rounds << " rounds, "
+                                        << clipped.stats.clipped << " outer gradients clipped");
+  BOOST_TEST(clipped.health.has_value());
+  BOOST_TEST(clipped.rounds == 300);
+  BOOST_TEST(clipped.rms < 1e5);  // 300 rounds on: far from the 3e38 that ends the unclipped run
+  // Only the hostile island's sends are clipped; the first rounds fill the median (8 norms).
+  BOOST_TEST(!clipped.honest_clipped);
+  BOOST_TEST(clipped.stats.clipped >= 297u);
+  BOOST_TEST(clipped.stats.merged == 1200u);
+}

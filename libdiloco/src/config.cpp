@@ -160,6 +160,9 @@ std::vector<Field> fields(RunConfig& c) {
        "decoupled: a merge of n of L live islands applies n/L of the average (one outer step per period, not L)"},
       {"merge", "max_delta_ratio", &c.merge.max_delta_ratio,
        "decoupled: refuse an outer gradient whose RMS exceeds this × max(RMS of the global fragment, 1) (out_of_bounds)"},
+      {"merge", "clip_ratio", &c.merge.clip_ratio,
+       "decoupled: scale a merged outer gradient down to this × the median norm of its fragment's last clip_window merged ones (0: off)"},
+      {"merge", "clip_window", &c.merge.clip_window, "decoupled: recent merged outer gradients per fragment that clip_ratio's median is taken over"},
 
       {"quorum", "min_islands", &c.quorum.min_islands, "K: contributions a round needs"},
       {"quorum", "grace", choice(&c.quorum.grace), "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},
@@ -215,6 +218,8 @@ std::vector<Field> fields(RunConfig& c) {
       {"net", "syncer_name", &c.net.syncer_name,
        "the syncer's name: its certificate <name>.pem, which sites require to carry this name (subjectAltName or CN)"},
       {"net", "handshake_ms", &c.net.handshake_ms, "a connection that has not completed TLS and proven its identity by then is closed, ms"},
+      {"net", "join_interval_ms", &c.net.join_interval_ms,
+       "a site's join requests for one island reach the syncer at most once this often (each is answered with the whole model); later ones wait, the newest kept, ms"},
       {"net", "pending_per_address", &c.net.pending_per_address,
        "connections still in their handshake from one address; a newcomer past it closes that address's oldest"},
       {"net", "pending_total", &c.net.pending_total, "connections still in their handshake from all addresses together"},
@@ -958,6 +963,7 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos)
     e.push_back("net.syncer_name: letters, digits, '.', '_' or '-' (got \"" + n.syncer_name + "\")");
   if (!(n.handshake_ms > 0.0 && n.handshake_ms <= 600000.0)) e.push_back("net.handshake_ms: must be in (0, 600000]");
+  if (!(n.join_interval_ms >= 0.0 && n.join_interval_ms <= 600000.0)) e.push_back("net.join_interval_ms: must be in [0, 600000]");
   if (n.pending_per_address < 1 || n.pending_per_address > 65536) e.push_back("net.pending_per_address: must be in [1, 65536]");
   if (n.pending_total < n.pending_per_address || n.pending_total > 65536)
     e.push_back("net.pending_total: must be in [net.pending_per_address, 65536]");

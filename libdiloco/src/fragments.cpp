@@ -15,6 +15,7 @@ FragmentPlan::FragmentPlan(const ParamLayout& layout, std::vector<int> owner, in
     segments_[p].push_back({i, t.offset, sizes_[p], t.size, t.embedding});
     sizes_[p] += t.size;
   }
+  for (auto s : sizes_) largest_ = std::max(largest_, s);
   for (int p = 0; p < P; ++p)
     if (sizes_[static_cast<std::size_t>(p)] == 0)
       throw std::invalid_argument("fragments.count: fragment " + std::to_string(p) + " of " + std::to_string(P) +

@@ -106,6 +106,8 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   for (int p = 0; p < plan.count(); ++p) outer_.emplace_back(plan.size(p), settings_.outer);
   rounds_.assign(P, 0);
   pending_.resize(P);
+  rx_.resize(plan.largest());
+  clips_.assign(P, NormClip(settings_.merge.clip_ratio, settings_.merge.clip_window));
   merged_base_.assign(P, std::vector<std::uint64_t>(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0));
   merged_seq_ = merged_base_;
   epochs_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0);
@@ -130,9 +132,6 @@ std::shared_ptr<const std::vector<float>> SyncerCore::gathered(int p) const {
 }
 
 Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, double now) {
-  std::size_t largest = 0;
-  for (int p = 0; p < plan_->count(); ++p) largest = std::max(largest, plan_->size(p));
-  rx_.resize(largest);
   auto got = inbox_.receive(frame, std::span<double>(rx_));
   if (!got) {
     if (const auto& h = inbox_.stale()) settle(static_cast<int>(h->index), *h);  // never to be merged
@@ -232,12 +231,28 @@ void SyncerCore::open_round(int p, double now) {
 Commit SyncerCore::commit(int p, double now) {
   const auto i = static_cast<std::size_t>(p);
   const auto n = plan_->size(p);
+  Commit c;
+  // Each contribution the merge keeps is clipped to the bound the fragment's recent ones set
+  // (NormClip), and its norm as merged joins them once every one of this commit is bounded.
+  const double bound = clips_[i].bound();
+  std::vector<double> norms;
+  for (auto& x : pending_[i]) {
+    if (!staleness_factor(settings_.merge, rounds_[i], x.header.base_round)) continue;
+    double n2 = 0.0;
+    for (double v : x.delta) n2 += v * v;
+    const double norm = std::sqrt(n2);
+    if (norm > bound) {
+      for (auto& v : x.delta) v *= bound / norm;
+      c.clipped.push_back(x.header.island);
+    }
+    norms.push_back(std::min(norm, bound));
+  }
+  for (double v : norms) clips_[i].record(v);
   std::vector<Contribution> contribs;
   for (const auto& x : pending_[i])
     contribs.push_back({x.header.island, x.header.base_round, x.header.tokens, x.header.steps, x.delta});
   merged_.assign(n, 0.0);
   const auto ms = merge(contribs, plan_->segments(p), settings_.merge, rounds_[i], merged_);
-  Commit c;
   c.fragment = p;
   c.merged = ms.merged;
   c.dropped_stale = ms.dropped_stale;
@@ -296,6 +311,7 @@ Commit SyncerCore::commit(int p, double now) {
   open_round(p, now);
   ++stats_.commits;
   stats_.merged += static_cast<std::uint64_t>(ms.merged);
+  stats_.clipped += c.clipped.size();
   dropped_in_merge_ += static_cast<std::uint64_t>(ms.dropped_stale);
   stats_.merged_tokens = add_counters(stats_.merged_tokens, c.tokens);
   return c;
@@ -584,6 +600,7 @@ Status SyncerCore::restore(const Checkpoint& cp) {
     rounds_[p] = cp.rounds[p];
     inbox_.set_round(static_cast<std::uint32_t>(p), rounds_[p]);
     pending_[p].clear();
+    clips_[p].clear();
     std::fill(merged_base_[p].begin(), merged_base_[p].end(), 0);
     std::fill(merged_seq_[p].begin(), merged_seq_[p].end(), 0);
     open_round(static_cast<int>(p), state_[p].opened_at);

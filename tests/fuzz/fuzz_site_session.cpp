@@ -33,7 +33,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (float x : core.params())
       if (!std::isfinite(x) && core.health()) __builtin_trap();  // a diverged merge is never silent
   };
-  const MessageType paths[] = {MessageType::join_request, MessageType::progress, MessageType::fragment};
   double now = 0.0;
   std::size_t at = 0;
   for (int record = 0; record < 32 && at < size; ++record) {
@@ -52,36 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     len = std::min(len, size - at);
     const auto frame = std::as_bytes(std::span(data + at, len));
     at += len;
-    const MessageType want = paths[path];
-    auto f = admit_site_frame(frame, want, run.site_islands, "b");
-    if (!f) continue;
-    if (type_of(f->message) != want) __builtin_trap();
-    if (f->island != run.site_islands[0] && f->island != run.site_islands[1]) __builtin_trap();
-    switch (want) {
-      case MessageType::join_request: {
-        const bool keeps = std::get<JoinRequest>(f->message).keeps_local;  // a re-join withdraws its sends
-        const auto reply = encode_message(core.join_reply(f->island, keeps));
-        auto back = decode_message(reply);
-        if (!back || !std::holds_alternative<JoinReply>(*back)) __builtin_trap();
-        if (std::get<JoinReply>(*back).fragments.size() != static_cast<std::size_t>(P)) __builtin_trap();
-        break;
-      }
-      case MessageType::progress: {
-        const auto& pm = std::get<ProgressMessage>(f->message);
-        const auto before = core.last_step(pm.island);
-        core.heard(pm.island, pm.local_step);
-        if (core.last_step(pm.island) != std::max(before, pm.local_step)) __builtin_trap();
-        if (pm.finished) core.finish(pm.island, true);
-        break;
-      }
-      default: {
-        const auto before = core.stats().rejected.total();
-        auto h = core.receive(frame, now);
-        if (!h && core.stats().rejected.total() != before + 1) __builtin_trap();  // every refusal counted
-        if (h && h->island != f->island) __builtin_trap();
-        break;
-      }
-    }
+    fuzz::apply_site_frame(run, core, path, frame, now);
     check_rounds();
     check_finite();
   }

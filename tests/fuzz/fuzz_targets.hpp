@@ -2,7 +2,11 @@
 // produced by make_corpus reach deep into the checks instead of stopping at "unknown fragment".
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <memory>
+#include <span>
+#include <variant>
 
 #include "diloco/fragments.hpp"
 #include "diloco/model.hpp"
@@ -59,5 +63,45 @@ struct SiteRun {
     return l;
   }
 };
+
+/// What a syncer does with one frame its relay takes from SiteRun's site on `path` (0 join,
+/// 1 progress, 2 fragment) at `now`, with the checks both site targets make: the relay's check
+/// (admit_site_frame) passes only the path's message type from the site's own islands; a join
+/// (a re-join keeping θ withdraws its sends) is answered with a reply that decodes again with
+/// every fragment; a heard step is the largest heard; every refused fragment is counted. A broken
+/// check traps; a frame the relay refuses changes nothing.
+inline void apply_site_frame(const SiteRun& run, SyncerCore& core, int path, std::span<const std::byte> frame, double now) {
+  const MessageType paths[] = {MessageType::join_request, MessageType::progress, MessageType::fragment};
+  const MessageType want = paths[path % 3];
+  auto f = admit_site_frame(frame, want, run.site_islands, "b");
+  if (!f) return;
+  if (type_of(f->message) != want) __builtin_trap();
+  if (f->island != run.site_islands[0] && f->island != run.site_islands[1]) __builtin_trap();
+  switch (want) {
+    case MessageType::join_request: {
+      const bool keeps = std::get<JoinRequest>(f->message).keeps_local;
+      const auto reply = encode_message(core.join_reply(f->island, keeps));
+      auto back = decode_message(reply);
+      if (!back || !std::holds_alternative<JoinReply>(*back)) __builtin_trap();
+      if (std::get<JoinReply>(*back).fragments.size() != static_cast<std::size_t>(run.plan.count())) __builtin_trap();
+      break;
+    }
+    case MessageType::progress: {
+      const auto& pm = std::get<ProgressMessage>(f->message);
+      const auto before = core.last_step(pm.island);
+      core.heard(pm.island, pm.local_step);
+      if (core.last_step(pm.island) != std::max(before, pm.local_step)) __builtin_trap();
+      if (pm.finished) core.finish(pm.island, true);
+      break;
+    }
+    default: {
+      const auto before = core.stats().rejected.total();
+      auto h = core.receive(frame, now);
+      if (!h && core.stats().rejected.total() != before + 1) __builtin_trap();  // every refusal counted
+      if (h && h->island != f->island) __builtin_trap();
+      break;
+    }
+  }
+}
 
 }  // namespace diloco::fuzz

@@ -177,6 +177,10 @@ probed = now()
 if probe.wait_exit(90) != 0:
     fail(f"the hostile site exited {probe.p.returncode}:\n{probe.text()}")
 probe.wait_for(r"island 2 welcomed by actor \d+ \(the syncer\)", 1)
+burst = probe.wait_for(r"(\d+) joins in a burst were answered (\d+) times", 1)
+if not 1 <= int(burst.group(2)) <= 3:
+    fail(f"a burst of {burst.group(1)} joins was answered {burst.group(2)} times (the relay spaces joins out: 1 to 3)")
+print(f"a burst of {burst.group(1)} joins from site-c was answered {burst.group(2)} times")
 probe.wait_for(r"connection closed", 1)
 syncer.wait_for(r"closed a session for a bad frame: site-c .*to actor \d+, which was never handed to a peer", 10, probed)
 expect_alive(syncer, "a frame to its actor id from a proven site")

@@ -170,6 +170,8 @@ struct NetConfig {
   double handshake_ms = 5000.0;           // a connection that has not proven its identity by then is closed
   int pending_per_address = 32;           // connections still in their handshake from one address
   int pending_total = 256;                // ... and from all addresses together
+  double join_interval_ms = 1000.0;       // a site's joins of one island reach the syncer at most once
+                                          // this often; later ones wait (the newest kept; JoinThrottle)
   // Syncer replicas ([[syncers]]): leadership through etcd's v3 lease and election API.
   std::string etcd = "http://127.0.0.1:2379";  // etcd's HTTP/JSON gateway (only with [[syncers]])
   std::string election = "diloco";             // the election's name in etcd (one per run)

@@ -207,4 +207,34 @@ private:
   std::map<Key, Entry> map_;
 };
 
+/// Spaces out the join requests one site's relay hands the syncer, per island. Each join is
+/// answered with the whole model in fp32, so a proven site asking again and again would have the
+/// syncer encode and send Θ without end (and flip its islands between finished and training,
+/// writing the state file each time). The first join of an island passes at once; one arriving
+/// within `interval_s` of the last that passed waits until that interval is over, and a join
+/// arriving while one waits takes its place (the newest is what the site wants). Nothing is
+/// dropped: an honest island asks one join at a time and waits for its welcome, so it waits here
+/// only when it re-joins within the interval, and then not longer than it. Time is passed in.
+class JoinThrottle {
+public:
+  explicit JoinThrottle(double interval_s) : interval_(interval_s) {}
+  /// A join of `island` arrives at `now`: the moment it may pass (`now`: at once; later: call
+  /// release() then), or nothing when a join of the island waits already (this one replaces it
+  /// and passes at that one's moment).
+  std::optional<double> arrive(int island, double now);
+  /// The moment of `island`'s waiting join came: true if one waited (it passes now).
+  bool release(int island, double now);
+  /// Islands with a join waiting.
+  std::size_t waiting() const;
+
+private:
+  struct Slot {
+    double passed = 0.0;  // when its last join passed
+    bool ever = false;    // one passed at all
+    bool waiting = false;
+  };
+  double interval_;
+  std::map<int, Slot> slots_;
+};
+
 }  // namespace diloco

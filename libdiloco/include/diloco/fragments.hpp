@@ -31,6 +31,8 @@ public:
 
   int count() const { return static_cast<int>(segments_.size()); }
   std::size_t size(int p) const { return sizes_[static_cast<std::size_t>(p)]; }
+  /// The size of the largest fragment: what bounds a frame of this run (buffers, door limits).
+  std::size_t largest() const { return largest_; }
   const std::vector<Segment>& segments(int p) const { return segments_[static_cast<std::size_t>(p)]; }
   /// Fragment holding tensor i.
   int fragment_of(std::size_t tensor) const { return owner_[tensor]; }
@@ -48,6 +50,7 @@ private:
   FragmentPlan(const ParamLayout& layout, std::vector<int> owner, int P);
   std::vector<std::vector<Segment>> segments_;
   std::vector<std::size_t> sizes_;
+  std::size_t largest_ = 0;
   std::vector<int> owner_;
 };
 

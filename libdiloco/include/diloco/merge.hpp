@@ -75,6 +75,9 @@ struct MergeConfig {
                                      // up over a period to one full outer step, not L of them
   double max_delta_ratio = 100.0;    // an outer gradient with RMS(δ) > this · max(RMS(Θ_p), 1)
                                      // is refused (check_outer_gradient)
+  double clip_ratio = 10.0;          // a merged outer gradient's norm is clipped to this × the median
+                                     // norm of the fragment's recent merged ones (NormClip; 0: off)
+  int clip_window = 32;              // how many recent merged norms the median is taken over
 };
 
 /// Whether an island's outer gradient δ for a fragment whose global parameters are `theta` is
@@ -83,6 +86,35 @@ struct MergeConfig {
 /// (3e38) would overflow Θ_p in float at the outer step and end the run. errc::out_of_bounds
 /// with both RMS values otherwise.
 Status check_outer_gradient(std::span<const double> delta, std::span<const float> theta, const MergeConfig& cfg);
+
+/// Bounds each merged contribution's size by what the fragment's recent contributions were
+/// (adaptive norm clipping, as robust federated averaging does). The ratio bound of
+/// check_outer_gradient is relative to Θ_p as it is now, so it stops one absurd frame but not a
+/// peer that sends δ just under it every round: merged as it is, Θ_p grows geometrically and
+/// overflows within tens of rounds. Clipped to `ratio` × the median of the last `window` merged
+/// norms (recorded as clipped), a minority of islands moves Θ_p by a bounded multiple of what the
+/// others move it, round after round, and the median follows the honest islands' norms as they
+/// change with the learning rate. Honest outer gradients differ by a few times at most (a
+/// superseding send covers two periods, a faster island more steps), so the default 10 leaves
+/// them alone. Order-dependent only on the commits it sees: deterministic for the same frames.
+class NormClip {
+public:
+  NormClip() = default;
+  NormClip(double ratio, int window);
+  /// The largest L2 norm a contribution may have now: ratio × the median of the recorded norms,
+  /// or infinity while clipping is off or fewer than max(3, window/4) norms are recorded.
+  double bound() const;
+  /// Records a merged contribution's norm (after clipping); the oldest beyond `window` is
+  /// forgotten. A norm of 0 (a contribution of zeros) is not recorded: it bounds nothing.
+  void record(double norm);
+  /// Forgets every recorded norm (a syncer restored from a snapshot starts counting again).
+  void clear() { recent_.clear(); }
+
+private:
+  double ratio_ = 0.0;
+  std::size_t window_ = 0;
+  std::vector<double> recent_;  // oldest first
+};
 
 /// Weight of a contribution before staleness: 1, or tokens·(tokens/steps) (quantity × quality).
 double contribution_weight(const Contribution& c, Weighting weighting);

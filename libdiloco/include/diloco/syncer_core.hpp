@@ -52,6 +52,8 @@ struct Commit {
   std::vector<int> islands;      // who was merged
   std::vector<int> staleness;    // per merged island: rounds its contribution was behind the fragment
   std::vector<std::uint64_t> frames;  // per merged island: the digest of the frame it came in (frame_digest)
+  std::vector<int> clipped;      // merged islands whose outer gradient was scaled down to the
+                                 // fragment's norm bound (NormClip: far larger than the others')
   double at = 0.0;
   bool finite = true;            // false: Θ_p holds NaN or infinity after it (the run diverged; health())
 };
@@ -72,6 +74,8 @@ struct SyncerStats {
                                      // parameters, sent before that join (pending here, or still on
                                      // their way): it sends that progress again from the new base,
                                      // so they are dropped (counted in dropped_stale too)
+  std::uint64_t clipped = 0;         // merged outer gradients scaled down to their fragment's norm
+                                     // bound (merge.clip_ratio × the median of recent ones)
   std::uint64_t bytes_in = 0;
   RejectCounts rejected;             // every refusal by code (stale_round included)
 };
@@ -222,6 +226,8 @@ private:
   std::vector<OuterOptimizer> outer_;
   std::vector<std::uint64_t> rounds_;
   std::vector<std::vector<Pending>> pending_;
+  std::vector<NormClip> clips_;  // [p]: the norm bound of merged outer gradients (not in snapshots:
+                                 // a restored syncer counts again, the ratio bound holding meanwhile)
   std::vector<std::vector<std::uint64_t>> merged_base_;  // [p][island]: 1 + base round last merged (0: none)
   std::vector<std::vector<std::uint64_t>> merged_seq_;   // [p][island]: the highest seq merged or dropped (frames carry it)
   void settle(int p, const FragmentHeader& h);  // h's send is merged or dropped: merged_seq_ of its epoch
