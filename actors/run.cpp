@@ -44,6 +44,11 @@ Run::Run(RunConfig c, double resumed_at)
       resume_steps(static_cast<std::size_t>(cfg.train.islands), 0),
       resume_islands(static_cast<std::size_t>(cfg.train.islands)), resumed_at_s(resumed_at) {
   layout_model->init(initial, cfg.train.seed);
+  // Every island must find a window of data before anything starts: a shard too short throws
+  // here, naming the key, rather than in each island's actor, restarted until its supervisor
+  // gives up.
+  Batch probe;
+  for (int i = 0; i < cfg.train.islands; ++i) corpus.shard(i, cfg.train.islands)->next(1, cfg.model.seq_len, probe);
 }
 
 void Run::resume_island(IslandState s) {

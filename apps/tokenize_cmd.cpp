@@ -44,6 +44,11 @@ int run(const Flags& f) {
     spdlog::error("--out: cannot create '{}': {}", f.out, ec.message());
     return 2;
   }
+  for (const auto& path : f.inputs)
+    if (!std::filesystem::is_regular_file(path)) {  // a device or a pipe could be endless
+      spdlog::error("inputs: '{}' is not a regular file", path);
+      return 2;
+    }
   diloco::TokenShardWriter writer(f.out, f.prefix, f.shard_tokens);
   std::vector<std::uint32_t> ids;
   for (const auto& path : f.inputs) {

@@ -1,6 +1,9 @@
 // `diloco-tokenize`: what `diloco tokenize` runs (diloco_main.cpp hands its command line over).
 // A program of its own because Debian's libsentencepiece carries its own copy of protobuf, which
 // clashes with the libprotobuf that libtorch loads: the two must not share a process.
+#include <cstdio>
+#include <exception>
+
 #include <CLI/CLI.hpp>
 
 #include "tokenize_cmd.hpp"
@@ -10,5 +13,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto flags = tokenizecmd::add_command(app);
   CLI11_PARSE(app, argc, argv);
-  return tokenizecmd::run(*flags);
+  try {
+    return tokenizecmd::run(*flags);
+  } catch (const std::exception& e) {  // an unreadable input, a full disk: said, not aborted on
+    std::fprintf(stderr, "diloco tokenize: %s\n", e.what());
+    return 1;
+  }
 }

@@ -317,6 +317,22 @@ BOOST_AUTO_TEST_CASE(each_absurd_size_names_its_key_before_anything_is_allocated
   BOOST_TEST(mentions(problems_of("[data]\neval_tokens = 1024\n[model]\nseq_len = 2048\n"), "data.eval_tokens: 1024 tokens hold no window"));
 }
 
+BOOST_AUTO_TEST_CASE(a_synthetic_language_too_large_to_build_or_analyse_is_refused_naming_its_keys) {
+  // Each key within its own range, together 26 GB of tables and 10^12 steps of analysis before
+  // training: refused up front, never an allocation or a silent hour.
+  RunConfig c;
+  c.data.alphabet = 32;
+  c.data.order = 4;
+  c.data.branching = 32;
+  c.data.dialects = 64;
+  std::string all;
+  for (const auto& x : validate(c, 8ull << 30)) all += x + "\n";
+  BOOST_TEST(mentions(all, "data.doc_len: data.dialects × alphabet^order × branching × doc_len = 1099511627776 steps"), all);
+  BOOST_TEST(mentions(all, "of evaluation data; limit 8.0 GiB"), all);
+  // The defaults are far inside both bounds.
+  BOOST_TEST(validate(RunConfig{}).empty());
+}
+
 BOOST_AUTO_TEST_CASE(the_memory_limit_is_a_parameter_and_names_what_the_run_needs) {
   BOOST_TEST(validate(RunConfig{}).empty());
   const auto e = validate(RunConfig{}, 1u << 20);  // the defaults need more than 1 MiB

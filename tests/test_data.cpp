@@ -549,3 +549,44 @@ BOOST_AUTO_TEST_CASE(shards_written_by_the_writer_read_back_as_the_same_stream) 
   BOOST_CHECK_THROW(train.add({&wide, 1}), std::invalid_argument);
   BOOST_CHECK_THROW(TokenShardWriter(dir.path.string(), "x", 0), std::invalid_argument);
 }
+
+BOOST_AUTO_TEST_CASE(writing_shards_again_replaces_them_whole_and_leaves_a_mapped_run_reading_the_old) {
+  TempDir dir;
+  std::vector<std::uint32_t> first(2500, 7), second(1500, 9);
+  TokenShardWriter a(dir.path.string(), "train", 1000);
+  a.add(first);
+  BOOST_TEST(a.finish().size() == 3u);
+  TokenShardWriter v(dir.path.string(), "val", 1000);
+  v.add(first);
+  v.finish();
+  // A run has the first shards mapped ...
+  const auto running = Corpus::make(token_config(dir, false), 64);
+  // ... while they are written again, shorter: two shards, and the third of the first writing is gone.
+  TokenShardWriter b(dir.path.string(), "train", 1000);
+  b.add(second);
+  BOOST_TEST(b.finish() == (std::vector<std::string>{dir / "train_000000.bin", dir / "train_000001.bin"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(!std::filesystem::exists(dir / "train_000002.bin"));
+  BOOST_TEST(std::filesystem::exists(dir / "val_000002.bin"));  // another prefix's are left alone
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) BOOST_TEST(e.path().extension() != ".tmp");
+  // The running corpus still reads what it mapped; a new one reads the new stream only.
+  Batch b1;
+  running.shard(0, 1)->next(1, 2499, b1);
+  BOOST_TEST(b1.tokens == std::vector<std::uint32_t>(2500, 7), boost::test_tools::per_element());
+  const auto fresh = Corpus::make(token_config(dir, false), 64);
+  Batch b2;
+  fresh.shard(0, 1)->next(1, 1499, b2);
+  BOOST_TEST(b2.tokens == second, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_byte_corpus_must_be_a_regular_file) {
+  DataConfig c;
+  c.corpus = "file";
+  c.path = "/dev/zero";  // endless: read whole, it would take every byte of memory
+  try {
+    (void)Corpus::make(c, 256);
+    BOOST_FAIL("a device was read as a corpus");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "data.path: '/dev/zero' is not a regular file");
+  }
+}

@@ -708,8 +708,13 @@ MemoryNeed memory_need(const RunConfig& c) {
   // Each evaluation window is a batch of its own, with its start and its loss.
   n.data_bytes = static_cast<long double>(std::max(c.train.eval_windows, 0)) *
                  (window + sizeof(Batch) + sizeof(std::size_t) + sizeof(double));
-  if (c.data.corpus == "synthetic")  // the evaluation split, and a document in the making per stream
+  if (c.data.corpus == "synthetic") {  // the evaluation split, and a document in the making per stream
     n.data_bytes += static_cast<long double>(c.data.eval_tokens) + (islands + 1) * std::max(c.data.doc_len, 0);
+    // The language's tables: per dialect and context, `branching` successors (int) with their
+    // probabilities (double), and the context's entropy (double).
+    const long double contexts = std::pow(static_cast<long double>(std::max(c.data.alphabet, 1)), std::clamp(c.data.order, 0, 8));
+    n.data_bytes += std::max(c.data.dialects, 0) * contexts * (12.0L * std::max(c.data.branching, 0) + 8.0L);
+  }
   return n;
 }
 
@@ -995,6 +1000,7 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   if (e.empty()) {
     check_index_ranges(c, e);
     check_memory(c, memory_limit, e);
+    if (auto big = synthetic_language_too_large(c.data)) e.push_back(*big);
   }
   return e;
 }

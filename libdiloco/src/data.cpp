@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -398,8 +399,10 @@ std::vector<std::string> glob_files(const std::string& pattern, const std::strin
   return files;
 }
 
-/// Maps one llm.c shard and checks its header against its size; adds its tokens to `seq`.
-void map_shard(const std::string& file, const std::string& key, TokenSeq& seq) {
+/// Maps `file` read-only, never reading it whole: it must be a regular file (not a device or a
+/// pipe, which could be endless) and pass `check_size` (which throws, naming `key`, if not).
+template <class CheckSize>
+std::shared_ptr<Mapping> map_file(const std::string& file, const std::string& key, CheckSize check_size) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(key + ": cannot open " + quoted(file) + " (" + std::strerror(errno) + ")");
   struct stat st {};
@@ -408,10 +411,11 @@ void map_shard(const std::string& file, const std::string& key, TokenSeq& seq) {
     throw std::invalid_argument(key + ": " + quoted(file) + " is not a regular file");
   }
   const auto size = static_cast<std::size_t>(st.st_size);
-  if (size < kShardHeaderBytes) {
+  try {
+    check_size(size);
+  } catch (...) {
     ::close(fd);
-    throw std::invalid_argument(key + ": " + quoted(file) + " is truncated: " + std::to_string(size) +
-                                " bytes, shorter than the 1024-byte header of a token shard");
+    throw;
   }
   auto map = std::make_shared<Mapping>();
   map->addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -419,6 +423,17 @@ void map_shard(const std::string& file, const std::string& key, TokenSeq& seq) {
   ::close(fd);
   if (map->addr == MAP_FAILED) throw std::runtime_error(key + ": cannot map " + quoted(file) + " (" + std::strerror(map_errno) + ")");
   map->len = size;
+  return map;
+}
+
+/// Maps one llm.c shard and checks its header against its size; adds its tokens to `seq`.
+void map_shard(const std::string& file, const std::string& key, TokenSeq& seq) {
+  const auto map = map_file(file, key, [&](std::size_t size) {
+    if (size < kShardHeaderBytes)
+      throw std::invalid_argument(key + ": " + quoted(file) + " is truncated: " + std::to_string(size) +
+                                  " bytes, shorter than the 1024-byte header of a token shard");
+  });
+  const auto size = map->len;
   std::int32_t header[3];
   std::memcpy(header, map->addr, sizeof header);  // little-endian, as llm.c writes it
   if (header[0] != kShardMagic)
@@ -474,8 +489,11 @@ void TokenShardWriter::open_next() {
   char name[32];
   std::snprintf(name, sizeof name, "_%06zu.bin", files_.size());
   files_.push_back(dir_ + "/" + prefix_ + name);
-  out_.open(files_.back(), std::ios::binary | std::ios::trunc);
-  if (!out_) throw std::runtime_error("cannot write '" + files_.back() + "'");
+  // Written beside its name and renamed over it once complete: a run that has the old shard of
+  // that name mapped keeps reading it (a shard truncated under a mapping ends its reader with
+  // SIGBUS), and a crash never leaves a half-written shard under a shard's name.
+  out_.open(files_.back() + ".tmp", std::ios::binary | std::ios::trunc);
+  if (!out_) throw std::runtime_error("cannot write '" + files_.back() + ".tmp'");
   const std::vector<char> header(kShardHeaderBytes, 0);  // its count is written on closing
   out_.write(header.data(), static_cast<std::streamsize>(header.size()));
   in_shard_ = 0;
@@ -487,7 +505,13 @@ void TokenShardWriter::close_current() {
   out_.seekp(0);
   out_.write(reinterpret_cast<const char*>(head), sizeof head);
   out_.close();
-  if (!out_) throw std::runtime_error("cannot write '" + files_.back() + "'");
+  const std::string tmp = files_.back() + ".tmp";
+  if (!out_) throw std::runtime_error("cannot write '" + tmp + "'");
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!synced || std::rename(tmp.c_str(), files_.back().c_str()) != 0)
+    throw std::runtime_error("cannot write '" + files_.back() + "' (" + std::strerror(errno) + ")");
 }
 
 void TokenShardWriter::add(std::span<const std::uint32_t> ids) {
@@ -508,12 +532,35 @@ void TokenShardWriter::add(std::span<const std::uint32_t> ids) {
 
 std::vector<std::string> TokenShardWriter::finish() {
   close_current();
+  // Shards of this prefix numbered past the last one written are an earlier, longer run's: left
+  // in place, a glob over the folder would read them after these.
+  std::error_code ec;
+  const std::string head = prefix_ + "_";
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != head.size() + 10 || name.compare(0, head.size(), head) != 0 || !name.ends_with(".bin")) continue;
+    const std::string number = name.substr(head.size(), 6);
+    if (!std::all_of(number.begin(), number.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) continue;
+    if (std::stoul(number) >= files_.size()) std::filesystem::remove(entry.path(), ec);
+  }
   return files_;
 }
 
 int synthetic_max_token(const DataConfig& cfg) {
   const int n = std::clamp(cfg.alphabet, 1, kMaxAlphabet);
   return static_cast<unsigned char>(*std::max_element(kSymbols, kSymbols + n));
+}
+
+std::optional<std::string> synthetic_language_too_large(const DataConfig& c) {
+  if (c.corpus != "synthetic") return std::nullopt;
+  // Working out the language's entropy floor (MarkovLanguage::analyse) walks every document
+  // position through every context and successor of every dialect, before anything trains:
+  // 2^32 steps are a second or two of one core.
+  const double work = std::max(c.dialects, 0) * std::pow(static_cast<double>(std::max(c.alphabet, 0)), std::clamp(c.order, 0, 8)) *
+                      std::max(c.branching, 0) * std::max(c.doc_len, 0);
+  if (work <= 4294967296.0) return std::nullopt;
+  return "data.doc_len: data.dialects × alphabet^order × branching × doc_len = " + std::to_string(static_cast<long long>(work)) +
+         " steps to analyse the synthetic language, more than 2^32 (it would take minutes before training starts)";
 }
 
 std::vector<std::string> validate(const DataConfig& c) {
@@ -547,6 +594,7 @@ void BatchSource::skip(long batches, int B, int T) {
 
 Corpus Corpus::make(const DataConfig& cfg, int vocab) {
   if (auto errs = validate(cfg); !errs.empty()) throw std::invalid_argument(errs.front());
+  if (auto big = synthetic_language_too_large(cfg)) throw std::invalid_argument(*big);
   if (vocab < 2 || vocab > kMaxVocab) throw std::invalid_argument("model.vocab: must be in [2, " + std::to_string(kMaxVocab) + "]");
   Corpus c;
   c.cfg_ = cfg;
@@ -581,22 +629,23 @@ Corpus Corpus::make(const DataConfig& cfg, int vocab) {
     c.eval_ = std::move(eval);
     return c;
   }
-  std::ifstream in(cfg.path, std::ios::binary);
-  if (!in) throw std::runtime_error("data.path: cannot open '" + cfg.path + "'");
-  auto bytes = std::make_shared<std::vector<std::uint8_t>>(std::istreambuf_iterator<char>(in),
-                                                           std::istreambuf_iterator<char>());
-  const auto n_eval = static_cast<std::size_t>(static_cast<double>(bytes->size()) * cfg.eval_fraction);
-  if (bytes->size() < 4096 || n_eval < 1024)
-    throw std::invalid_argument("data.path: '" + cfg.path + "' is too small (" + std::to_string(bytes->size()) +
-                                " bytes; need at least 4096 and an evaluation tail of 1024)");
-  const std::size_t n_train = bytes->size() - n_eval;
+  // A text file read as bytes, memory-mapped like the shards (a file larger than memory trains too).
+  const auto bytes = map_file(cfg.path, "data.path", [&](std::size_t size) {
+    const auto n_eval = static_cast<std::size_t>(static_cast<double>(size) * cfg.eval_fraction);
+    if (size < 4096 || n_eval < 1024)
+      throw std::invalid_argument("data.path: '" + cfg.path + "' is too small (" + std::to_string(size) +
+                                  " bytes; need at least 4096 and an evaluation tail of 1024)");
+  });
+  const auto* data = static_cast<const std::uint8_t*>(bytes->addr);
+  const auto n_eval = static_cast<std::size_t>(static_cast<double>(bytes->len) * cfg.eval_fraction);
+  const std::size_t n_train = bytes->len - n_eval;
   std::vector<double> counts(256, 0.0);
-  for (std::size_t k = 0; k < n_train; ++k) counts[(*bytes)[k]] += 1.0;
+  for (std::size_t k = 0; k < n_train; ++k) counts[data[k]] += 1.0;
   for (auto& x : counts) x /= static_cast<double>(n_train);
   c.unigram_ = entropy_of(counts);
   auto train = std::make_shared<TokenSeq>(), eval = std::make_shared<TokenSeq>();
-  train->add({bytes->data(), 1, n_train, cfg.path, 0}, bytes);
-  eval->add({bytes->data() + n_train, 1, n_eval, cfg.path, n_train}, bytes);
+  train->add({data, 1, n_train, cfg.path, 0}, bytes);
+  eval->add({data + n_train, 1, n_eval, cfg.path, n_train}, bytes);
   check_tokens(*train, vocab, "data.path", nullptr);
   check_tokens(*eval, vocab, "data.path", nullptr);
   c.train_ = std::move(train);

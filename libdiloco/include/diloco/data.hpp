@@ -151,5 +151,9 @@ int synthetic_max_token(const DataConfig& cfg);
 
 /// Validation messages ("data.order: ...") for a data config; empty when valid.
 std::vector<std::string> validate(const DataConfig& cfg);
+/// The problem with a synthetic language too large to work out before training (more than 2^32
+/// steps: dialects × alphabet^order × branching × doc_len), or nothing. A product of values each
+/// valid alone: validate(RunConfig) reports it once every value is in range, Corpus::make refuses it.
+std::optional<std::string> synthetic_language_too_large(const DataConfig& cfg);
 
 }  // namespace diloco
