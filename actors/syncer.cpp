@@ -229,7 +229,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     ++rt.syncer.commits;
     rt.syncer.clipped += c.clipped.size();
     for (int island : c.clipped)
-      spdlog::warn("syncer: island {}'s outer gradient of fragment {} was clipped to {} × the median norm of its recent ones (round {})",
+      spdlog::warn("syncer: island {}'s outer gradient of fragment {} was clipped to {} × the median of the islands' last norms (round {})",
                    island, c.fragment, rt.cfg.merge.clip_ratio, c.round);
     rt.syncer.merged_tokens = st.core->stats().merged_tokens;
     for (auto& [key, n] : st.accepted) {
@@ -292,6 +292,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     s.quorum.grace = GraceRule::none;
     s.merge.weighting = Weighting::uniform;
     s.merge.rda = false;
+    s.merge.clip_ratio = 0.0;  // nor clipped: the reference loops do not clip
   }
   st.core = std::make_unique<SyncerCore>(rt->plan, rt->initial, s);
   st.replicated = rt->gateway.majority_generation.load();  // a restart in this process: what is already held

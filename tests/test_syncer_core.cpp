@@ -808,7 +808,9 @@ namespace {
 
 // One hostile island of four sends, every round, an outer gradient just under the ratio bound
 // (merge.max_delta_ratio × max(RMS(Θ), 1)), all in one direction; three honest ones send small
-// noise. Returns the syncer after `rounds` rounds (or the first that left Θ non-finite).
+// noise. With `alone` = 0 the four are merged together (K = 4); otherwise K = 1, and each round
+// the hostile island sends `alone` times, each merged on its own, then each honest one once.
+// Returns what the syncer holds after `rounds` rounds (or the first that left Θ non-finite).
 struct HostileRun {
   SyncerStats stats;
   Status health;
@@ -817,10 +819,10 @@ struct HostileRun {
   bool honest_clipped = false;
 };
 
-HostileRun run_with_a_hostile_island(double clip_ratio, int rounds) {
+HostileRun run_with_a_hostile_island(double clip_ratio, int rounds, int alone = 0) {
   Tiny t(64);
   std::vector<float> init(64, 0.1f);
-  auto cfg = sgd_settings(4, 4);
+  auto cfg = sgd_settings(4, alone > 0 ? 1 : 4);
   cfg.merge = MergeConfig{};  // the defaults: token weights, RDA, partial scale, the bounds
   cfg.merge.clip_ratio = clip_ratio;
   cfg.outer.kind = "nesterov";
@@ -835,22 +837,33 @@ HostileRun run_with_a_hostile_island(double clip_ratio, int rounds) {
     for (float x : v) s2 += double(x) * x;
     return std::sqrt(s2 / double(v.size()));
   };
-  for (int r = 0; r < rounds && s.health(); ++r) {
+  auto send = [&](int island, double now) {
     const double bound = cfg.merge.max_delta_ratio * std::max(rms_of(s.params()), 1.0);
-    for (int island = 0; island < 4; ++island) {
-      FragmentHeader h;
-      h.island = island;
-      h.base_round = s.round(0);
-      h.tokens = 100;
-      h.steps = 10;
-      std::vector<float> v(64);
-      // At most the largest float: past it the bound allows what no frame can carry.
-      for (auto& x : v) x = island == 3 ? static_cast<float>(std::max(-0.99 * bound, -3e38)) : noise(gen);
-      BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, v).value(), double(r)));
-    }
-    const auto c = s.poll(double(r));
+    FragmentHeader h;
+    h.island = island;
+    h.base_round = s.round(0);
+    h.tokens = 100;
+    h.steps = 10;
+    std::vector<float> v(64);
+    // At most the largest float: past it the bound allows what no frame can carry.
+    for (auto& x : v) x = island == 3 ? static_cast<float>(std::max(-0.99 * bound, -3e38)) : noise(gen);
+    BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, v).value(), now));
+  };
+  auto commit = [&](double now) {
+    const auto c = s.poll(now);
     BOOST_REQUIRE_EQUAL(c.size(), 1u);
     for (int island : c[0].clipped) out.honest_clipped = out.honest_clipped || island != 3;
+  };
+  for (int r = 0; r < rounds && s.health(); ++r) {
+    if (alone == 0) {
+      for (int island = 0; island < 4; ++island) send(island, r);
+      commit(r);
+    } else {
+      for (int k = 0; k < alone + 3 && s.health(); ++k) {
+        send(k < alone ? 3 : k - alone, r);
+        commit(r);
+      }
+    }
     out.rounds = r + 1;
   }
   out.stats = s.stats();
@@ -868,16 +881,32 @@ BOOST_AUTO_TEST_CASE(a_peer_sending_the_largest_outer_gradient_every_round_canno
   BOOST_TEST_MESSAGE("unclipped: non-finite after " << unclipped.rounds << " rounds");
   BOOST_TEST(!unclipped.health);
   BOOST_TEST(unclipped.rounds < 60);
-  // Clipped to 10 × the median of recent norms (the default), Θ drifts by a bounded step a round
-  // once the first 8 norms are in (the first two rounds here go unclipped).
+  // Clipped to 100 × the median of the islands' last norms (the default), Θ drifts by a bounded
+  // step a round once 3 islands have a norm (after the first round here).
   const auto clipped = run_with_a_hostile_island(MergeConfig{}.clip_ratio, 300);
   BOOST_TEST_MESSAGE("clipped: RMS(Θ) " << clipped.rms << " after " << clipped.rounds << " rounds, "
                                         << clipped.stats.clipped << " outer gradients clipped");
   BOOST_TEST(clipped.health.has_value());
   BOOST_TEST(clipped.rounds == 300);
   BOOST_TEST(clipped.rms < 1e5);  // 300 rounds on: far from the 3e38 that ends the unclipped run
-  // Only the hostile island's sends are clipped; the first rounds fill the median (8 norms).
-  BOOST_TEST(!clipped.honest_clipped);
-  BOOST_TEST(clipped.stats.clipped >= 297u);
+  BOOST_TEST(!clipped.honest_clipped);  // only the hostile island's sends
+  BOOST_TEST(clipped.stats.clipped == 299u);
   BOOST_TEST(clipped.stats.merged == 1200u);
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_merged_alone_again_and_again_cannot_fill_the_median_with_its_own_norms) {
+  // K = 1: every arrival commits on its own, and the hostile island sends 5 times a round for
+  // each send of an honest one, starting before them. Its norms take one slot of four in the
+  // median, however often; before the others first send, the start's bound holds it.
+  const auto unclipped = run_with_a_hostile_island(0.0, 300, 5);
+  BOOST_TEST_MESSAGE("unclipped, alone: non-finite after " << unclipped.rounds << " rounds");
+  BOOST_TEST(!unclipped.health);
+  const auto clipped = run_with_a_hostile_island(MergeConfig{}.clip_ratio, 300, 5);
+  BOOST_TEST_MESSAGE("clipped, alone: RMS(Θ) " << clipped.rms << " after " << clipped.rounds << " rounds, "
+                                               << clipped.stats.clipped << " outer gradients clipped");
+  BOOST_TEST(clipped.health.has_value());
+  BOOST_TEST(clipped.rounds == 300);
+  BOOST_TEST(clipped.rms < 1e5);
+  BOOST_TEST(!clipped.honest_clipped);
+  BOOST_TEST(clipped.stats.merged == 2400u);
 }

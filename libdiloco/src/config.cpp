@@ -161,8 +161,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"merge", "max_delta_ratio", &c.merge.max_delta_ratio,
        "decoupled: refuse an outer gradient whose RMS exceeds this × max(RMS of the global fragment, 1) (out_of_bounds)"},
       {"merge", "clip_ratio", &c.merge.clip_ratio,
-       "decoupled: scale a merged outer gradient down to this × the median norm of its fragment's last clip_window merged ones (0: off)"},
-      {"merge", "clip_window", &c.merge.clip_window, "decoupled: recent merged outer gradients per fragment that clip_ratio's median is taken over"},
+       "decoupled: scale a merged outer gradient down to this × the median over islands of their last merged norms of the fragment (0: off)"},
 
       {"quorum", "min_islands", &c.quorum.min_islands, "K: contributions a round needs"},
       {"quorum", "grace", choice(&c.quorum.grace), "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},

@@ -91,22 +91,22 @@ Status check_outer_gradient(std::span<const double> delta, std::span<const float
   return Error{errc::out_of_bounds, buf};
 }
 
-NormClip::NormClip(double ratio, int window) : ratio_(ratio), window_(static_cast<std::size_t>(std::max(window, 1))) {}
-
 double NormClip::bound() const {
-  if (ratio_ <= 0.0 || recent_.size() < std::max<std::size_t>(3, window_ / 4)) return std::numeric_limits<double>::infinity();
-  std::vector<double> v = recent_;
+  if (ratio_ <= 0.0) return std::numeric_limits<double>::infinity();
+  if (last_.size() < 3) return start_;
+  std::vector<double> v;
+  v.reserve(last_.size());
+  for (const auto& [island, norm] : last_) v.push_back(norm);
   auto mid = v.begin() + static_cast<long>(v.size() / 2);
   std::nth_element(v.begin(), mid, v.end());
   return ratio_ * *mid;
 }
 
-void NormClip::record(double norm) {
-  // A contribution of zeros (an island with nothing new) bounds nothing: counted, enough of them
+void NormClip::record(int island, double norm) {
+  // A contribution of zeros (an island with nothing new) bounds nothing: counted, such islands
   // would make the median 0 and clip every later contribution away.
   if (ratio_ <= 0.0 || !(norm > 0.0)) return;
-  if (recent_.size() == window_) recent_.erase(recent_.begin());
-  recent_.push_back(norm);
+  last_[island] = norm;
 }
 
 double grace_window(const QuorumConfig& cfg, const RoundState& s) {
@@ -131,7 +131,6 @@ std::vector<std::string> validate(const MergeConfig& c) {
   if (!(c.max_delta_ratio >= 1.0 && c.max_delta_ratio <= 1e6)) e.push_back("merge.max_delta_ratio: must be in [1, 1e6]");
   if (!(c.clip_ratio == 0.0 || (c.clip_ratio >= 1.0 && c.clip_ratio <= 1e6)))
     e.push_back("merge.clip_ratio: must be 0 (off) or in [1, 1e6]");
-  if (c.clip_window < 1 || c.clip_window > 4096) e.push_back("merge.clip_window: must be in [1, 4096]");
   return e;
 }
 

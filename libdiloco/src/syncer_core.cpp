@@ -107,7 +107,7 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   rounds_.assign(P, 0);
   pending_.resize(P);
   rx_.resize(plan.largest());
-  clips_.assign(P, NormClip(settings_.merge.clip_ratio, settings_.merge.clip_window));
+  for (int p = 0; p < plan.count(); ++p) clips_.emplace_back(settings_.merge.clip_ratio, clip_start(p));
   merged_base_.assign(P, std::vector<std::uint64_t>(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0));
   merged_seq_ = merged_base_;
   epochs_.assign(static_cast<std::size_t>(std::max(settings_.islands, 0)), 0);
@@ -123,6 +123,16 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
     if (lossy()) first.hat = gathered(p);
     sent_[static_cast<std::size_t>(p)].assign(finished_.size(), first);
   }
+}
+
+double SyncerCore::clip_start(int p) const {
+  // What the ratio bound allows at these parameters, as a norm: max_delta_ratio × max(RMS(Θ_p), 1)
+  // × sqrt(size), fixed until the islands' own norms take over.
+  const auto theta = gathered(p);  // held: a range-for over *gathered(p) would outlive its vector
+  double t2 = 0.0;
+  for (float x : *theta) t2 += static_cast<double>(x) * x;
+  const auto n = static_cast<double>(plan_->size(p));
+  return settings_.merge.max_delta_ratio * std::max(std::sqrt(t2 / n), 1.0) * std::sqrt(n);
 }
 
 std::shared_ptr<const std::vector<float>> SyncerCore::gathered(int p) const {
@@ -232,12 +242,15 @@ Commit SyncerCore::commit(int p, double now) {
   const auto i = static_cast<std::size_t>(p);
   const auto n = plan_->size(p);
   Commit c;
-  // Each contribution the merge keeps is clipped to the bound the fragment's recent ones set
-  // (NormClip), and its norm as merged joins them once every one of this commit is bounded.
+  // Each contribution the merge takes in (not too stale, weight above 0) is clipped to the bound
+  // the islands' last ones set (NormClip); its norm as merged is its island's next once every
+  // one of this commit is bounded.
   const double bound = clips_[i].bound();
-  std::vector<double> norms;
+  std::vector<std::pair<int, double>> norms;
   for (auto& x : pending_[i]) {
-    if (!staleness_factor(settings_.merge, rounds_[i], x.header.base_round)) continue;
+    const auto f = staleness_factor(settings_.merge, rounds_[i], x.header.base_round);
+    const Contribution as_merged{x.header.island, x.header.base_round, x.header.tokens, x.header.steps, x.delta};
+    if (!f || !(contribution_weight(as_merged, settings_.merge.weighting) * *f > 0.0)) continue;
     double n2 = 0.0;
     for (double v : x.delta) n2 += v * v;
     const double norm = std::sqrt(n2);
@@ -245,9 +258,9 @@ Commit SyncerCore::commit(int p, double now) {
       for (auto& v : x.delta) v *= bound / norm;
       c.clipped.push_back(x.header.island);
     }
-    norms.push_back(std::min(norm, bound));
+    norms.emplace_back(x.header.island, std::min(norm, bound));
   }
-  for (double v : norms) clips_[i].record(v);
+  for (const auto& [island, norm] : norms) clips_[i].record(island, norm);
   std::vector<Contribution> contribs;
   for (const auto& x : pending_[i])
     contribs.push_back({x.header.island, x.header.base_round, x.header.tokens, x.header.steps, x.delta});
@@ -600,7 +613,7 @@ Status SyncerCore::restore(const Checkpoint& cp) {
     rounds_[p] = cp.rounds[p];
     inbox_.set_round(static_cast<std::uint32_t>(p), rounds_[p]);
     pending_[p].clear();
-    clips_[p].clear();
+    clips_[p].restart(clip_start(static_cast<int>(p)));
     std::fill(merged_base_[p].begin(), merged_base_[p].end(), 0);
     std::fill(merged_seq_[p].begin(), merged_seq_[p].end(), 0);
     open_round(static_cast<int>(p), state_[p].opened_at);

@@ -5,6 +5,7 @@
 #include "diloco/choice.hpp"
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -75,9 +76,8 @@ struct MergeConfig {
                                      // up over a period to one full outer step, not L of them
   double max_delta_ratio = 100.0;    // an outer gradient with RMS(δ) > this · max(RMS(Θ_p), 1)
                                      // is refused (check_outer_gradient)
-  double clip_ratio = 10.0;          // a merged outer gradient's norm is clipped to this × the median
-                                     // norm of the fragment's recent merged ones (NormClip; 0: off)
-  int clip_window = 32;              // how many recent merged norms the median is taken over
+  double clip_ratio = 100.0;         // a merged outer gradient's norm is clipped to this × the median
+                                     // over islands of their last merged norms (NormClip; 0: off)
 };
 
 /// Whether an island's outer gradient δ for a fragment whose global parameters are `theta` is
@@ -87,33 +87,43 @@ struct MergeConfig {
 /// with both RMS values otherwise.
 Status check_outer_gradient(std::span<const double> delta, std::span<const float> theta, const MergeConfig& cfg);
 
-/// Bounds each merged contribution's size by what the fragment's recent contributions were
+/// Bounds each merged contribution's size by what the islands' recent contributions were
 /// (adaptive norm clipping, as robust federated averaging does). The ratio bound of
 /// check_outer_gradient is relative to Θ_p as it is now, so it stops one absurd frame but not a
 /// peer that sends δ just under it every round: merged as it is, Θ_p grows geometrically and
-/// overflows within tens of rounds. Clipped to `ratio` × the median of the last `window` merged
-/// norms (recorded as clipped), a minority of islands moves Θ_p by a bounded multiple of what the
-/// others move it, round after round, and the median follows the honest islands' norms as they
-/// change with the learning rate. Honest outer gradients differ by a few times at most (a
-/// superseding send covers two periods, a faster island more steps), so the default 10 leaves
-/// them alone. Order-dependent only on the commits it sees: deterministic for the same frames.
+/// overflows within tens of rounds. Clipped to `ratio` × the median over islands of each one's
+/// last merged norm (recorded as clipped), a minority of islands moves Θ_p by a bounded step a
+/// round, however often it sends (one slot per island: sending more often does not fill the
+/// median with its own norms), and the median follows the other islands' norms as they change
+/// with the learning rate. Honest outer gradients of one fragment differ far less than the
+/// default 100 times: a first send covering part of a period in the learning rate's warm-up
+/// (tens of times smaller than the next), a send after a partition (several periods), a faster
+/// island. Until 3 islands have a norm (the first sends of a run, or after a restore) the bound
+/// is `start`, a fixed norm the caller derives from the parameters it started from: an island
+/// merged alone again and again before the others first send (K = 1) would otherwise have the
+/// ratio bound alone, relative to a Θ_p it is itself growing. Deterministic for the same commits.
 class NormClip {
 public:
   NormClip() = default;
-  NormClip(double ratio, int window);
-  /// The largest L2 norm a contribution may have now: ratio × the median of the recorded norms,
-  /// or infinity while clipping is off or fewer than max(3, window/4) norms are recorded.
+  NormClip(double ratio, double start) : ratio_(ratio), start_(start) {}
+  /// The largest L2 norm a contribution may have now: ratio × the median (the upper one of an
+  /// even count) of the islands' last recorded norms; `start` while fewer than 3 islands have
+  /// one; infinity while clipping is off (ratio 0).
   double bound() const;
-  /// Records a merged contribution's norm (after clipping); the oldest beyond `window` is
-  /// forgotten. A norm of 0 (a contribution of zeros) is not recorded: it bounds nothing.
-  void record(double norm);
-  /// Forgets every recorded norm (a syncer restored from a snapshot starts counting again).
-  void clear() { recent_.clear(); }
+  /// Records island `island`'s merged contribution's norm (after clipping) in place of its last.
+  /// A norm of 0 (a contribution of zeros) is not recorded: it bounds nothing.
+  void record(int island, double norm);
+  /// Forgets every recorded norm and bounds by `start` until 3 islands have one again (a syncer
+  /// restored from a snapshot).
+  void restart(double start) {
+    last_.clear();
+    start_ = start;
+  }
 
 private:
   double ratio_ = 0.0;
-  std::size_t window_ = 0;
-  std::vector<double> recent_;  // oldest first
+  double start_ = std::numeric_limits<double>::infinity();
+  std::map<int, double> last_;  // island → its last recorded norm
 };
 
 /// Weight of a contribution before staleness: 1, or tokens·(tokens/steps) (quantity × quality).

@@ -75,7 +75,7 @@ struct SyncerStats {
                                      // their way): it sends that progress again from the new base,
                                      // so they are dropped (counted in dropped_stale too)
   std::uint64_t clipped = 0;         // merged outer gradients scaled down to their fragment's norm
-                                     // bound (merge.clip_ratio × the median of recent ones)
+                                     // bound (merge.clip_ratio × the median of the islands' last ones)
   std::uint64_t bytes_in = 0;
   RejectCounts rejected;             // every refusal by code (stale_round included)
 };
@@ -227,7 +227,10 @@ private:
   std::vector<std::uint64_t> rounds_;
   std::vector<std::vector<Pending>> pending_;
   std::vector<NormClip> clips_;  // [p]: the norm bound of merged outer gradients (not in snapshots:
-                                 // a restored syncer counts again, the ratio bound holding meanwhile)
+                                 // a restored syncer starts again from clip_start)
+  /// The clip's bound before 3 islands have a norm: the ratio bound at Θ_p as it is now (at the
+  /// start or a restore), as an L2 norm.
+  double clip_start(int p) const;
   std::vector<std::vector<std::uint64_t>> merged_base_;  // [p][island]: 1 + base round last merged (0: none)
   std::vector<std::vector<std::uint64_t>> merged_seq_;   // [p][island]: the highest seq merged or dropped (frames carry it)
   void settle(int p, const FragmentHeader& h);  // h's send is merged or dropped: merged_seq_ of its epoch
