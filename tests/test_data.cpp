@@ -577,6 +577,17 @@ BOOST_AUTO_TEST_CASE(writing_shards_again_replaces_them_whole_and_leaves_a_mappe
   Batch b2;
   fresh.shard(0, 1)->next(1, 1499, b2);
   BOOST_TEST(b2.tokens == second, boost::test_tools::per_element());
+  // A writing that stops midway (an error, a crash of the tokenizer) leaves the shards as they were.
+  {
+    TokenShardWriter c(dir.path.string(), "train", 1000);
+    c.add(std::vector<std::uint32_t>(3500, 11));
+  }  // never finished
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) BOOST_TEST(e.path().extension() != ".tmp");
+  BOOST_TEST(!std::filesystem::exists(dir / "train_000002.bin"));
+  const auto after = Corpus::make(token_config(dir, false), 64);
+  Batch b3;
+  after.shard(0, 1)->next(1, 1499, b3);
+  BOOST_TEST(b3.tokens == second, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(a_byte_corpus_must_be_a_regular_file) {

@@ -489,7 +489,7 @@ void TokenShardWriter::open_next() {
   char name[32];
   std::snprintf(name, sizeof name, "_%06zu.bin", files_.size());
   files_.push_back(dir_ + "/" + prefix_ + name);
-  // Written beside its name and renamed over it once complete: a run that has the old shard of
+  // Written beside its name and renamed over it in finish(): a run that has the old shard of
   // that name mapped keeps reading it (a shard truncated under a mapping ends its reader with
   // SIGBUS), and a crash never leaves a half-written shard under a shard's name.
   out_.open(files_.back() + ".tmp", std::ios::binary | std::ios::trunc);
@@ -509,9 +509,16 @@ void TokenShardWriter::close_current() {
   if (!out_) throw std::runtime_error("cannot write '" + tmp + "'");
   const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
   const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  const int err = errno;
   if (fd >= 0) ::close(fd);
-  if (!synced || std::rename(tmp.c_str(), files_.back().c_str()) != 0)
-    throw std::runtime_error("cannot write '" + files_.back() + "' (" + std::strerror(errno) + ")");
+  if (!synced) throw std::runtime_error("cannot write '" + tmp + "' (" + std::strerror(err) + ")");
+}
+
+TokenShardWriter::~TokenShardWriter() {
+  if (finished_) return;
+  out_.close();
+  std::error_code ec;
+  for (const auto& f : files_) std::filesystem::remove(f + ".tmp", ec);
 }
 
 void TokenShardWriter::add(std::span<const std::uint32_t> ids) {
@@ -532,6 +539,14 @@ void TokenShardWriter::add(std::span<const std::uint32_t> ids) {
 
 std::vector<std::string> TokenShardWriter::finish() {
   close_current();
+  for (const auto& f : files_)
+    if (std::rename((f + ".tmp").c_str(), f.c_str()) != 0)
+      throw std::runtime_error("cannot put '" + f + "' in place (" + std::strerror(errno) + ")");
+  if (const int dir = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {  // the renames, durable
+    ::fsync(dir);
+    ::close(dir);
+  }
+  finished_ = true;
   // Shards of this prefix numbered past the last one written are an earlier, longer run's: left
   // in place, a glob over the folder would read them after these.
   std::error_code ec;
@@ -555,12 +570,12 @@ std::optional<std::string> synthetic_language_too_large(const DataConfig& c) {
   if (c.corpus != "synthetic") return std::nullopt;
   // Working out the language's entropy floor (MarkovLanguage::analyse) walks every document
   // position through every context and successor of every dialect, before anything trains:
-  // 2^32 steps are a second or two of one core.
+  // 2^32 steps take a few seconds of one core; 2^36, a minute or more.
   const double work = std::max(c.dialects, 0) * std::pow(static_cast<double>(std::max(c.alphabet, 0)), std::clamp(c.order, 0, 8)) *
                       std::max(c.branching, 0) * std::max(c.doc_len, 0);
-  if (work <= 4294967296.0) return std::nullopt;
+  if (work <= 68719476736.0) return std::nullopt;
   return "data.doc_len: data.dialects × alphabet^order × branching × doc_len = " + std::to_string(static_cast<long long>(work)) +
-         " steps to analyse the synthetic language, more than 2^32 (it would take minutes before training starts)";
+         " steps to analyse the synthetic language, more than 2^36 (a minute or more before training starts)";
 }
 
 std::vector<std::string> validate(const DataConfig& c) {

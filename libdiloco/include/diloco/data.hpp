@@ -127,10 +127,18 @@ class TokenShardWriter {
 public:
   /// Throws std::invalid_argument if shard_tokens is 0.
   TokenShardWriter(std::string dir, std::string prefix, std::size_t shard_tokens);
+  /// A writer that did not finish removes what it wrote: its shards are still temporary files.
+  ~TokenShardWriter();
+  TokenShardWriter(const TokenShardWriter&) = delete;
+  TokenShardWriter& operator=(const TokenShardWriter&) = delete;
   /// Appends ids to the stream; throws std::invalid_argument for an id above 65535 (uint16) and
   /// std::runtime_error if a file cannot be written.
   void add(std::span<const std::uint32_t> ids);
-  /// Completes the last shard; returns every file written, in order.
+  /// Completes the last shard and puts every shard in place at once (each is written as
+  /// NAME.tmp, fsynced, and renamed over NAME here, so a run that has the old ones mapped keeps
+  /// reading them, and a writer that fails midway leaves the old set whole); then removes the
+  /// shards of this prefix numbered past the last one written (an earlier, longer stream's), so
+  /// a glob reads this stream alone. Returns every file written, in order.
   std::vector<std::string> finish();
   std::uint64_t tokens() const { return total_; }
 
@@ -143,6 +151,7 @@ private:
   std::size_t in_shard_ = 0;
   std::uint64_t total_ = 0;
   std::vector<std::string> files_;
+  bool finished_ = false;
 };
 
 /// The largest token id the synthetic language writes (its symbols are ASCII bytes); data.alphabet
@@ -151,7 +160,7 @@ int synthetic_max_token(const DataConfig& cfg);
 
 /// Validation messages ("data.order: ...") for a data config; empty when valid.
 std::vector<std::string> validate(const DataConfig& cfg);
-/// The problem with a synthetic language too large to work out before training (more than 2^32
+/// The problem with a synthetic language too large to work out before training (more than 2^36
 /// steps: dialects × alphabet^order × branching × doc_len), or nothing. A product of values each
 /// valid alone: validate(RunConfig) reports it once every value is in range, Corpus::make refuses it.
 std::optional<std::string> synthetic_language_too_large(const DataConfig& cfg);
