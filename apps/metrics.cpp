@@ -615,7 +615,16 @@ HttpServer::HttpServer(const HttpAddress& address, const Monitor& monitor)
   // (libtorch and the BLAS it pulls in take well over 100 KiB) must fit in every thread's stack.
   m.thread = std::thread([&io = m.io] {
     pthread_setname_np(pthread_self(), "diloco-http");
-    io.run();
+    // A handler that throws (memory exhausted while accepting) would end the process from this
+    // thread (std::terminate): said, and the server goes on with what it still has in hand.
+    for (;;) {
+      try {
+        io.run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("http: {}", e.what());
+      }
+    }
   });
 }
 

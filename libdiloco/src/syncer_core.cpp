@@ -242,28 +242,29 @@ Commit SyncerCore::commit(int p, double now) {
   const auto i = static_cast<std::size_t>(p);
   const auto n = plan_->size(p);
   Commit c;
-  // Each contribution the merge takes in (not too stale, weight above 0) is clipped to the bound
-  // the islands' last ones set (NormClip); its norm as merged is its island's next once every
-  // one of this commit is bounded.
-  const double bound = clips_[i].bound();
-  std::vector<std::pair<int, double>> norms;
-  for (auto& x : pending_[i]) {
-    const auto f = staleness_factor(settings_.merge, rounds_[i], x.header.base_round);
-    const Contribution as_merged{x.header.island, x.header.base_round, x.header.tokens, x.header.steps, x.delta};
-    if (!f || !(contribution_weight(as_merged, settings_.merge.weighting) * *f > 0.0)) continue;
-    double n2 = 0.0;
-    for (double v : x.delta) n2 += v * v;
-    const double norm = std::sqrt(n2);
-    if (norm > bound) {
-      for (auto& v : x.delta) v *= bound / norm;
-      c.clipped.push_back(x.header.island);
-    }
-    norms.emplace_back(x.header.island, std::min(norm, bound));
-  }
-  for (const auto& [island, norm] : norms) clips_[i].record(island, norm);
   std::vector<Contribution> contribs;
   for (const auto& x : pending_[i])
     contribs.push_back({x.header.island, x.header.base_round, x.header.tokens, x.header.steps, x.delta});
+  // Each contribution the merge takes in (not too stale, weight above 0) is clipped, in place, to
+  // the bound the islands' last ones set (NormClip); its norm as merged is its island's next once
+  // every one of this commit is bounded.
+  const double bound = clips_[i].bound();
+  std::vector<std::pair<int, double>> norms;
+  for (std::size_t k = 0; k < contribs.size(); ++k) {
+    const auto& m = contribs[k];
+    const auto f = staleness_factor(settings_.merge, rounds_[i], m.base_round);
+    if (!f || !(contribution_weight(m, settings_.merge.weighting) * *f > 0.0)) continue;
+    auto& delta = pending_[i][k].delta;  // what m.delta views
+    double n2 = 0.0;
+    for (double v : delta) n2 += v * v;
+    const double norm = std::sqrt(n2);
+    if (norm > bound) {
+      for (auto& v : delta) v *= bound / norm;
+      c.clipped.push_back(m.island);
+    }
+    norms.emplace_back(m.island, std::min(norm, bound));
+  }
+  for (const auto& [island, norm] : norms) clips_[i].record(island, norm);
   merged_.assign(n, 0.0);
   const auto ms = merge(contribs, plan_->segments(p), settings_.merge, rounds_[i], merged_);
   c.fragment = p;
