@@ -77,12 +77,18 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
     log(what + "; retrying in " + std::to_string(static_cast<int>(d)) + " ms");
     self->delayed_send(self, ms(d), redial_atom::value);
   };
-  auto lose = [self, rt, log](const std::string& what) {
+  // Where the site's islands find their syncer: the directory's syncer entry, or their routes
+  // when the syncer is in this process (ConnectorOptions::route).
+  auto set_syncer = [rt, o](caf::actor relay) {
+    if (o.route.empty()) rt->dir.set_syncer(std::move(relay));
+    else rt->dir.set_route(o.route, std::move(relay));
+  };
+  auto lose = [self, log, set_syncer](const std::string& what) {
     auto& st = self->state;
     if (st.relay) {
       self->demonitor(st.relay);
       st.relay = caf::actor{};
-      rt->dir.set_syncer(caf::actor{});  // islands keep training and re-join the next relay
+      set_syncer(caf::actor{});  // islands keep training and re-join the next relay
       log("session lost: " + what);
     }
   };
@@ -169,7 +175,7 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
                         self->monitor(st.relay);
                         st.last_echo = detail::now_s(self);
                         ++st.sessions;
-                        rt->dir.set_syncer(st.relay);
+                        set_syncer(st.relay);
                         log("session " + std::to_string(st.sessions) + " with the syncer at " + where +
                             (s.term ? " (leader's term " + std::to_string(s.term) + ")" : std::string()) +
                             (o.tls ? " (mutual TLS, site proven)" : " (INSECURE)"));
@@ -183,6 +189,10 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
     auto& st = self->state;
     if (st.dialing || st.relay || st.over) return;
     st.dialing = true;
+    if (!st.gateway && o.gateway) {  // in this process: no connection to make
+      st.gateway = o.gateway;
+      self->monitor(o.gateway);
+    }
     if (st.gateway) {
       authenticate(st.gateway);
       return;

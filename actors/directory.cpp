@@ -4,7 +4,9 @@
 namespace diloco::actors {
 
 Directory::Directory(int islands, int chips)
-    : islands_(static_cast<std::size_t>(islands)),
+    : routed_(static_cast<std::size_t>(islands)),
+      routes_(static_cast<std::size_t>(islands)),
+      islands_(static_cast<std::size_t>(islands)),
       chips_(static_cast<std::size_t>(islands), std::vector<caf::actor>(static_cast<std::size_t>(chips))) {}
 void Directory::set_syncer(caf::actor a) {
   std::lock_guard lk(mu_);
@@ -13,6 +15,19 @@ void Directory::set_syncer(caf::actor a) {
 caf::actor Directory::syncer() const {
   std::lock_guard lk(mu_);
   return syncer_;
+}
+caf::actor Directory::syncer_for(int i) const {
+  std::lock_guard lk(mu_);
+  const auto k = static_cast<std::size_t>(i);
+  return k < routed_.size() && routed_[k] ? routes_[k] : syncer_;
+}
+void Directory::set_route(const std::vector<int>& islands, caf::actor relay) {
+  std::lock_guard lk(mu_);
+  for (int i : islands) {
+    const auto k = static_cast<std::size_t>(i);
+    routed_.at(k) = 1;
+    routes_.at(k) = relay;
+  }
 }
 void Directory::set_island(int i, caf::actor a) {
   std::lock_guard lk(mu_);

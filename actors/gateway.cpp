@@ -113,6 +113,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
         const auto at = st.joins.arrive(i, now);
         if (at && *at <= now) {
           st.joined[i] = caf::actor_cast<caf::actor_addr>(self->current_sender());
+          ++rt->gateway.relayed[static_cast<std::size_t>(site)];
           self->delegate(st.syncer, a, std::move(w));
           return;
         }
@@ -128,16 +129,19 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
         auto it = st.waiting_joins.find(static_cast<int>(island));
         if (!st.joins.release(static_cast<int>(island), detail::now_s(self)) || it == st.waiting_joins.end()) return;
         st.joined[it->first] = caf::actor_cast<caf::actor_addr>(it->second.first);
+        ++rt->gateway.relayed[static_cast<std::size_t>(site)];
         caf::send_as(caf::actor_cast<caf::actor>(it->second.first), st.syncer, a, std::move(it->second.second));
         st.waiting_joins.erase(it);
       },
       [=](progress_atom a, WireFrame& w) {
         const int i = admit(w, MessageType::progress);
         if (i < 0) return;
+        ++rt->gateway.relayed[static_cast<std::size_t>(site)];
         self->delegate(self->state.syncer, a, std::move(w));
       },
       [=](fragment_atom a, WireFrame& w) {
         if (admit(w, MessageType::fragment) < 0) return;
+        ++rt->gateway.relayed[static_cast<std::size_t>(site)];
         self->delegate(self->state.syncer, a, std::move(w));
       },
       [=](beat_atom, const WireFrame& w) {
@@ -321,6 +325,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
     const int number = site_count(rt->cfg) + got.front();
     auto connector = caf::actor_cast<caf::actor>(from);
     auto relay = self->spawn(relay_actor, rt, number, x.site, got, syncer, connector, o.log);
+    ++rt->gateway.sessions;
     self->monitor(relay);
     o.receivers->add(relay.id());
     st.sessions[number] = relay;
@@ -427,6 +432,7 @@ caf::behavior gateway_actor(caf::stateful_actor<GatewayState>* self, std::shared
                         caf::to_string(from->node()));
         auto connector = caf::actor_cast<caf::actor>(from);
         relay = self->spawn(relay_actor, rt, site, x.site, islands_of_site(rt->cfg, site), syncer, connector, o.log);
+        ++rt->gateway.sessions;
         self->monitor(relay);
         o.receivers->add(relay.id());
         self->state.nodes[site] = from->node();

@@ -30,7 +30,7 @@ struct Membership {
   /// (the caller is training and asks again after its next step).
   void ask(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step) {
     if (join_inflight) return;
-    auto s = rt.dir.syncer();
+    auto s = rt.dir.syncer_for(island);
     if (!s || s.address() == dead) {
       if (after_next_step) return;
       join_inflight = true;

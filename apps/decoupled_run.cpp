@@ -20,6 +20,7 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "diloco/actors/remote.hpp"
 #include "diloco/actors/runtime.hpp"
 #include "diloco/run_state.hpp"
 #include "diloco/syncer_core.hpp"
@@ -108,12 +109,17 @@ std::pair<std::vector<float>, std::uint64_t> resume_islands(diloco::actors::Runt
 
 int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, const std::string& config_label,
                   const std::vector<float>& initial, const std::string& save, const std::string& http,
-                  const std::string& state_dir, bool simulate) {
+                  const std::string& state_dir, bool simulate, bool relays) {
   using namespace diloco;
   using namespace diloco::actors;
   RunConfig cfg = run_cfg;
   if (simulate && !http.empty())
     throw std::invalid_argument("--http with --simulate: the status page follows a run in wall time, a simulated run has none");
+  if (relays && cfg.train.mode != TrainMode::decoupled)
+    throw std::invalid_argument("--relays: sites reach a decoupled run's syncer through sessions; train.mode is " +
+                                std::string(name_of(cfg.train.mode)));
+  if (relays && (cfg.net.allow_join || !cfg.syncers.empty()))
+    throw std::invalid_argument("--relays: the sites of the configuration only (no net.allow_join, no [[syncers]])");
   const auto state = open_state(cfg, state_dir, !initial.empty());
   const auto http_at = http.empty() ? std::optional<HttpAddress>() : HttpAddress::parse(http);
   JsonLines jsonl;
@@ -173,7 +179,33 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   const double virtual_start = actor_now();
   if (simulate) timeline->use_clock(actor_now);
   timeline->restart_clock();  // timeline, fault marks and progress lines share one origin
+  // --relays: no island joins the syncer directly, not even before its site's first session.
+  if (relays)
+    for (int s = 0; s < site_count(cfg); ++s) rt->dir.set_route(islands_of_site(cfg, s), caf::actor{});
   auto root = spawn_runtime(sys, rt, supervision_sink(*monitor));
+  // --relays: every site's islands reach the syncer through a session as across processes (the
+  // connector's hello and proof, the gateway, a relay checking each frame, heartbeats, join
+  // spacing, reconnects after a syncer restart); only the door and its sockets are left out.
+  std::vector<caf::actor> session_actors;
+  if (relays) {
+    GatewayOptions g;
+    g.log = [](const std::string& s) { spdlog::info("{}", s); };
+    auto gateway = spawn_gateway(sys, rt, g);
+    session_actors.push_back(gateway);
+    for (int s = 0; s < site_count(cfg); ++s) {
+      ConnectorOptions co;
+      co.site = site_name(cfg, s);
+      co.tls = false;  // no door: the gateway takes the site at its word (GatewayOptions::ca_file empty)
+      co.gateway = gateway;
+      co.syncer_label = "the gateway in this process";
+      co.route = islands_of_site(cfg, s);
+      co.log = [name = co.site](const std::string& line) { spdlog::info("{}: {}", name, line); };
+      session_actors.push_back(spawn_connector(sys, rt, std::move(co)));
+    }
+  }
+  auto end_sessions = [&session_actors] {
+    for (const auto& a : session_actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  };
   // A resumed run's seconds go on from where it stopped (tok/s, the ETA and the summary are of
   // the whole run); a simulated run's are virtual.
   auto seconds = [&, before = state.progress.elapsed_s] {
@@ -231,10 +263,12 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   switch (end.how) {
     case WatchEnd::How::tree_failed:
       spdlog::error("the supervision tree stopped: {}", tree_reason->empty() ? "normal" : *tree_reason);
+      end_sessions();
       return 1;
     case WatchEnd::How::stopped:
       // A diverged island or syncer, or an unusable syncer state file: nothing to wait for.
       caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+      end_sessions();
       timeline->print();
       spdlog::error("run stopped: {}", end.why);
       return 1;
@@ -251,6 +285,7 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   // waited above) still count as useful.
   summary.goodput = rt->goodput_report(finished_at);
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  end_sessions();
   // Every run is checked (diloco/invariants.hpp): a broken invariant is logged and fails the run.
   summary.violations = check_invariants(*rt, finished_at, RunPart::whole_run);
   const auto final_params = rt->syncer.global().first;
@@ -258,6 +293,17 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   summary.rounds = printed;
   if (!save.empty()) save_params(cfg, save, final_params);
   print_summary(*rt, summary, *timeline, jsonl);
+  if (relays) {
+    std::uint64_t relayed = 0, refused = 0;
+    for (const auto& n : rt->gateway.relayed) relayed += n.load();
+    for (const auto& n : rt->gateway.relay_refused) refused += n.load();
+    std::printf("relays: %llu sessions for %d sites, %llu frames relayed to the syncer, %llu refused by relays, %llu "
+                "sessions refused\n",
+                static_cast<unsigned long long>(rt->gateway.sessions.load()), site_count(cfg),
+                static_cast<unsigned long long>(relayed), static_cast<unsigned long long>(refused),
+                static_cast<unsigned long long>(rt->gateway.refused.load()));
+    std::fflush(stdout);
+  }
   if (simulate) {
     std::printf("simulated: %.1f s of virtual time in %.1f s; final parameters hash %016llx (the same seed and config "
                 "give the same)\n",

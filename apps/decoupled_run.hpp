@@ -13,10 +13,13 @@
 /// replaces the seeded initial parameters; `save` (optional) receives the final ones; `http`
 /// (optional, --http) serves metrics and the status page there (metrics.hpp); `state_dir`
 /// (optional, --state) keeps the whole run's state there and resumes from it (run_state.hpp);
-/// `simulate` (--simulate) runs it on CAF's deterministic test coordinator in virtual time.
+/// `simulate` (--simulate) runs it on CAF's deterministic test coordinator in virtual time;
+/// `relays` (--relays) puts each site's islands behind a session with the syncer's gateway, as
+/// the multi-process roles do, in this process and without sockets.
 int run_decoupled(const diloco::RunConfig& cfg, const std::string& metrics, const std::string& config_label,
                   const std::vector<float>& initial = {}, const std::string& save = {},
-                  const std::string& http = {}, const std::string& state_dir = {}, bool simulate = false);
+                  const std::string& http = {}, const std::string& state_dir = {}, bool simulate = false,
+                  bool relays = false);
 /// `--save` / `--init`: parameters as a checkpoint of one whole-model fragment, so any mode can
 /// start from any other's result (e.g. a shared pretrained model).
 void save_params(const diloco::RunConfig& cfg, const std::string& path, std::span<const float> params);

@@ -77,7 +77,7 @@ std::uint64_t physical_memory() {
 int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
         std::optional<std::uint64_t> seed, std::uint64_t memory_limit, bool on_actors = false,
         const std::string& init = {}, const std::string& save = {}, const std::string& http = {},
-        const std::string& state = {}, bool simulate = false) {
+        const std::string& state = {}, bool simulate = false, bool relays = false) {
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
@@ -87,8 +87,8 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
                                        : diloco::load_config(path, overrides, memory_limit);
   const std::string label = path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path;
   const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
-  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors || simulate)
-    return run_decoupled(cfg, metrics, label, initial, save, http, state, simulate);
+  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors || simulate || relays)
+    return run_decoupled(cfg, metrics, label, initial, save, http, state, simulate, relays);
   if (!state.empty())
     throw std::invalid_argument("--state: the reference loop of mode " + std::string(diloco::name_of(cfg.train.mode)) +
                                 " does not resume; add --actors to run it on the actor runtime");
@@ -202,6 +202,11 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--simulate", simulate,
                     "run the actor runtime on CAF's deterministic test coordinator in virtual time: a step takes the "
                     "model's FLOPs over islands.chip_flops; the same seed and config give the same run, bit for bit");
+  bool relays = false;
+  run_cmd->add_flag("--relays", relays,
+                    "decoupled: each site's islands ([[sites]]; without them, each island) reach the syncer through "
+                    "a session as across processes (hello, gateway, a relay checking every frame, heartbeats, "
+                    "reconnects), in this process without sockets; with --simulate, in virtual time");
   std::string http;
   run_cmd->add_option("--http", http,
                       "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: "
@@ -324,7 +329,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http, state_dir, simulate);
+    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http, state_dir, simulate, relays);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

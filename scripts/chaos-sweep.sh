@@ -3,7 +3,7 @@
 # syncer kills, stragglers, partitions and lossy links at once) for N seeds, each replayable bit
 # for bit from its seed.
 #
-#   scripts/chaos-sweep.sh N [FIRST] [--set KEY=VALUE]...
+#   scripts/chaos-sweep.sh N [FIRST] [--set KEY=VALUE]... [--relays]
 #
 # Seed S runs with `--seed S --set chaos.seed=S` (data, initial parameters and faults). It fails
 # when the run exits non-zero (a diverged island or syncer, a stuck run, a supervision tree that
@@ -11,16 +11,23 @@
 # so a refused frame is a frame our own units got wrong. Each failure is printed with the one
 # command that replays it. Environment: DILOCO (the app; default build/apps/diloco), CONFIG
 # (default configs/chaos_sweep.toml), JOBS (runs at once; default 2). --set overrides go to every
-# run (and into the replay command), e.g. --set 'fragments.broadcast_to="contributors"'.
+# run (and into the replay command), e.g. --set 'fragments.broadcast_to="contributors"'. --relays
+# puts each site's islands behind a session with the syncer's gateway, as across processes
+# (`diloco run --relays`); a run that relayed no frame fails then.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n="${1:?usage: scripts/chaos-sweep.sh N [FIRST] [--set KEY=VALUE]...}"
+n="${1:?usage: scripts/chaos-sweep.sh N [FIRST] [--set KEY=VALUE]... [--relays]}"
 first=1
 shift
-if [[ $# -gt 0 && "$1" != --set ]]; then first=$1; shift; fi
+if [[ $# -gt 0 && "$1" != --* ]]; then first=$1; shift; fi
 sets=()
 while [[ $# -gt 0 ]]; do
-  [[ "$1" == --set && $# -ge 2 ]] || { echo "chaos-sweep: unexpected '$1' (want --set KEY=VALUE)" >&2; exit 2; }
+  if [[ "$1" == --relays ]]; then
+    sets+=(--relays)
+    shift
+    continue
+  fi
+  [[ "$1" == --set && $# -ge 2 ]] || { echo "chaos-sweep: unexpected '$1' (want --set KEY=VALUE or --relays)" >&2; exit 2; }
   sets+=(--set "$2")
   shift 2
 done
@@ -45,6 +52,9 @@ one() {
   if [[ -z "$why" && "$done_line" =~ \ 0\ global\ rounds ]]; then why="no round committed"; fi
   if [[ -z "$why" && ! "$done_line" =~ \ 0\ frames\ refused ]]; then
     why="frames refused: $(grep -m1 'refused a frame' "$log" | sed 's/^ *[0-9.]*s *//')"
+  fi
+  if [[ -z "$why" && "$SETS" == *--relays* ]] && ! grep -qE '^relays: [1-9][0-9]* sessions .*, [1-9][0-9]* frames relayed' "$log"; then
+    why="no frame went through a relay: $(grep -m1 '^relays: ' "$log" || echo 'no relays line')"
   fi
   local faults
   faults=$(grep -c 'injected fault' "$log" || true)

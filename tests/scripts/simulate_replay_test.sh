@@ -1,13 +1,19 @@
 #!/bin/sh
 # `diloco run --simulate` replays bit for bit: the same seed and config give the same final
 # parameters (hash), virtual time and rounds; another seed gives other parameters.
-# usage: simulate_replay_test.sh DILOCO CONFIG
+# With --relays (more flags after CONFIG go to every run) each site's islands reach the syncer
+# through a session, and its relay line is part of what must replay.
+# usage: simulate_replay_test.sh DILOCO CONFIG [FLAG]...
 set -eu
 diloco=$1
 config=$2
+shift 2
+flags="$*"
 summary() {
-  "$diloco" run "$config" --simulate --quiet --set train.steps=120 "$@" 2>&1 |
+  # shellcheck disable=SC2086
+  "$diloco" run "$config" --simulate --quiet --set train.steps=120 $flags "$@" 2>&1 |
     sed -n -e 's/^done: \(.* global rounds\), final eval loss \([0-9.]*\).*/\1 \2/p' \
+           -e 's/^relays: \(.*\)/relays: \1;/p' \
            -e 's/^simulated: \([0-9.]* s of virtual time\) in .*hash \([0-9a-f]*\).*/\1 \2/p' | tr '\n' ' ' | sed 's/ $//'
 }
 a=$(summary --seed 3)
@@ -17,6 +23,11 @@ echo "seed 3: $a"
 echo "seed 3 again: $b"
 echo "seed 4: $c"
 case "$a" in *"global rounds"*"virtual time"*) ;; *) echo "FAIL: no summary or no hash"; exit 1 ;; esac
+case "$flags" in
+  *--relays*)
+    case "$a" in *"relays: "[1-9]*" sessions "*", "[1-9]*" frames relayed to the syncer, 0 refused by relays, 0 sessions refused;"*) ;;
+      *) echo "FAIL: no frame through a relay, or some refused"; exit 1 ;; esac ;;
+esac
 [ "$a" = "$b" ] || { echo "FAIL: the same seed gave two runs"; exit 1; }
 [ "${a##* }" != "${c##* }" ] || { echo "FAIL: another seed gave the same parameters"; exit 1; }
 echo PASS

@@ -122,13 +122,16 @@ struct GatewayRecord {
   /// Sessions are numbered by site: the configuration's `sites`, then one number per island for
   /// the joiners (a joiner's number is the config's count plus its first island).
   GatewayRecord(int sites, int islands)
-      : relay_refused(static_cast<std::size_t>(sites + islands)), told_over(static_cast<std::size_t>(sites + islands)),
+      : relay_refused(static_cast<std::size_t>(sites + islands)), relayed(static_cast<std::size_t>(sites + islands)),
+        told_over(static_cast<std::size_t>(sites + islands)),
         vacant(static_cast<std::size_t>(islands)), told_island(static_cast<std::size_t>(islands)) {
     for (auto& v : vacant) v = false;
     for (auto& t : told_island) t = false;
   }
   std::atomic<std::uint64_t> refused{0};
   std::vector<std::atomic<std::uint64_t>> relay_refused;  // per session number
+  std::vector<std::atomic<std::uint64_t>> relayed;        // per session number: frames passed on to the syncer
+  std::atomic<std::uint64_t> sessions{0};                 // sessions handed out (a relay each)
   std::atomic<std::uint64_t> run_over_sent{0};  // RunOver frames: pushed to a session or answered to a late site
   std::vector<std::atomic<bool>> told_over;     // per session number: told that the run is over
   /// Per island, in a syncer process with net.allow_join: an open island that no joiner holds

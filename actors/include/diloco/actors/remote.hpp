@@ -166,6 +166,12 @@ struct ConnectorOptions {
   std::function<std::vector<int>()> held;
   /// The syncer refused the joiner for good (SiteSession::refused): the connector ends.
   std::function<void(const std::string&)> on_refused;
+  /// A site in the syncer's own process (`diloco run --simulate --relays`): the gateway itself, not
+  /// dialed through the middleman (`syncer` is unused); and the islands whose route through the
+  /// session goes into the directory (Directory::set_route), since the syncer's entry is the
+  /// syncer's own there.
+  caf::actor gateway;
+  std::vector<int> route;
 };
 /// Spawns the connector of a site process: connects, authenticates, puts the relay into the
 /// runtime's directory (islands join it as their syncer), heartbeats, and on any loss clears
