@@ -115,7 +115,9 @@ Tally Ledger::tally() const {
   t.dropped_stale = syncer.dropped_stale.load();
   t.clipped = syncer.clipped.load();
   t.rejected += syncer.refused.load() + gateway.refused.load();
-  for (const auto& r : gateway.relay_refused) t.rejected += r.load();
+  for (const auto& r : gateway.relay_refused) t.relay_refused += r.load();
+  for (const auto& r : gateway.relayed) t.relayed += r.load();
+  t.rejected += t.relay_refused;
   return t;
 }
 

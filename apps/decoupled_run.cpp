@@ -179,27 +179,31 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   const double virtual_start = actor_now();
   if (simulate) timeline->use_clock(actor_now);
   timeline->restart_clock();  // timeline, fault marks and progress lines share one origin
-  // --relays: no island joins the syncer directly, not even before its site's first session.
-  if (relays)
-    for (int s = 0; s < site_count(cfg); ++s) rt->dir.set_route(islands_of_site(cfg, s), caf::actor{});
-  auto root = spawn_runtime(sys, rt, supervision_sink(*monitor));
   // --relays: every site's islands reach the syncer through a session as across processes (the
   // connector's hello and proof, the gateway, a relay checking each frame, heartbeats, join
-  // spacing, reconnects after a syncer restart); only the door and its sockets are left out.
+  // spacing, reconnects after a syncer restart); only the door and its sockets are left out. No
+  // island joins the syncer directly, not even before its site's first session: routed, with no
+  // relay yet, before the tree spawns.
+  std::vector<ConnectorOptions> sites;
+  for (int s = 0; relays && s < site_count(cfg); ++s) {
+    ConnectorOptions co;
+    co.site = site_name(cfg, s);
+    co.tls = false;  // no door: the gateway takes the site at its word (GatewayOptions::ca_file empty)
+    co.syncer_label = "the gateway in this process";
+    co.route = islands_of_site(cfg, s);
+    co.log = [name = co.site](const std::string& line) { spdlog::info("{}: {}", name, line); };
+    rt->dir.set_route(co.route, caf::actor{});
+    sites.push_back(std::move(co));
+  }
+  auto root = spawn_runtime(sys, rt, supervision_sink(*monitor));
   std::vector<caf::actor> session_actors;
   if (relays) {
     GatewayOptions g;
     g.log = [](const std::string& s) { spdlog::info("{}", s); };
     auto gateway = spawn_gateway(sys, rt, g);
     session_actors.push_back(gateway);
-    for (int s = 0; s < site_count(cfg); ++s) {
-      ConnectorOptions co;
-      co.site = site_name(cfg, s);
-      co.tls = false;  // no door: the gateway takes the site at its word (GatewayOptions::ca_file empty)
+    for (auto& co : sites) {
       co.gateway = gateway;
-      co.syncer_label = "the gateway in this process";
-      co.route = islands_of_site(cfg, s);
-      co.log = [name = co.site](const std::string& line) { spdlog::info("{}: {}", name, line); };
       session_actors.push_back(spawn_connector(sys, rt, std::move(co)));
     }
   }
@@ -294,13 +298,11 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   if (!save.empty()) save_params(cfg, save, final_params);
   print_summary(*rt, summary, *timeline, jsonl);
   if (relays) {
-    std::uint64_t relayed = 0, refused = 0;
-    for (const auto& n : rt->gateway.relayed) relayed += n.load();
-    for (const auto& n : rt->gateway.relay_refused) refused += n.load();
+    const auto t = rt->tally();
     std::printf("relays: %llu sessions for %d sites, %llu frames relayed to the syncer, %llu refused by relays, %llu "
                 "sessions refused\n",
                 static_cast<unsigned long long>(rt->gateway.sessions.load()), site_count(cfg),
-                static_cast<unsigned long long>(relayed), static_cast<unsigned long long>(refused),
+                static_cast<unsigned long long>(t.relayed), static_cast<unsigned long long>(t.relay_refused),
                 static_cast<unsigned long long>(rt->gateway.refused.load()));
     std::fflush(stdout);
   }

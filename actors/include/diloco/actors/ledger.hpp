@@ -157,6 +157,8 @@ struct Tally {
   std::uint64_t dropped_stale = 0;
   std::uint64_t clipped = 0;        // merged outer gradients scaled down to their fragment's norm bound
   std::uint64_t rejected = 0;       // every refused frame: the islands', the syncer's, the gateway's, the relays'
+  std::uint64_t relay_refused = 0;  // ... of which the relays refused
+  std::uint64_t relayed = 0;        // frames the relays passed on to the syncer
   std::uint64_t commits = 0;
   std::uint64_t rebased = 0, mixed = 0;  // the islands' adoptions, by how they were applied
 };
