@@ -307,8 +307,8 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
     std::fflush(stdout);
   }
   if (simulate) {
-    std::printf("simulated: %.1f s of virtual time in %.1f s; final parameters hash %016llx (the same seed and config "
-                "give the same)\n",
+    std::printf("simulated: %.1f s of virtual time in %.1f s; final parameters hash %016llx (the same seed, config and "
+                "binary give the same on any machine)\n",
                 summary.seconds, std::chrono::duration<double>(Clock::now() - start).count(),
                 static_cast<unsigned long long>(params_hash(final_params)));
     std::fflush(stdout);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "diloco/inspect.hpp"
 #include "diloco/loops.hpp"
 #include "diloco/memory.hpp"
+#include "diloco/replay.hpp"
 
 #include "decoupled_run.hpp"
 #include "flagship_toml.hpp"
@@ -33,6 +35,22 @@
 #endif
 
 namespace {
+
+/// --simulate: glibc's libm and OpenBLAS choose their code by CPU while the process loads, so the
+/// process starts itself again once with diloco::replay_environment() set (replay.hpp); then the
+/// models' products are pinned in this process. Returns an error message, or "" when pinned.
+std::string pin_math_for_replay(char** argv) {
+  if (!diloco::replay_environment_pinned()) {
+    for (const auto& [key, value] : diloco::replay_environment(std::getenv("GLIBC_TUNABLES")))
+      ::setenv(key.c_str(), value.c_str(), 1);
+    std::fflush(nullptr);
+    ::execv("/proc/self/exe", argv);
+    return std::string("--simulate: cannot start again with the replay environment (/proc/self/exe): ") +
+           std::strerror(errno);
+  }
+  diloco::pin_products_for_replay();
+  return {};
+}
 
 /// Where logs go and how much of them: stderr by default (stdout holds only the reports).
 struct LogFlags {
@@ -282,6 +300,12 @@ int main(int argc, char** argv) {
   for (auto* c : {run_cmd, syncer_cmd, site_cmd, demo_cmd}) log.add_to(c);
 
   CLI11_PARSE(app, argc, argv);
+  if (simulate && app.got_subcommand("run")) {
+    if (const auto error = pin_math_for_replay(argv); !error.empty()) {
+      spdlog::error("{}", error);
+      return 1;
+    }
+  }
   const std::uint64_t memory = physical_memory();  // the bound of every size a configuration implies
   try {
     log.apply();

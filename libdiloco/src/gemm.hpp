@@ -12,7 +12,12 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
           const double* B, int ldb, double beta, double* C, int ldc);
 
-/// Which GEMM gemm() runs: "openblas", or "eigen" when DILOCO_GEMM=eigen. Read once per process.
+/// Which GEMM gemm() runs: "openblas", or "eigen" when DILOCO_GEMM=eigen (read once per process)
+/// or after pin_eigen_gemm().
 const char* gemm_backend();
+
+/// From now on, in this process: every product on Eigen's GEMM, with Eigen's blocking computed
+/// from fixed cache sizes instead of the CPU's (diloco::pin_products_for_replay, replay.hpp).
+void pin_eigen_gemm();
 
 }  // namespace diloco::nn
