@@ -85,6 +85,46 @@ BOOST_AUTO_TEST_CASE(stale_contributions_are_discounted_then_dropped) {
   BOOST_TEST(out[0] == (1.0 - 0.5) / 1.5, boost::test_tools::tolerance(1e-12));
 }
 
+BOOST_AUTO_TEST_CASE(absolute_staleness_scales_a_lone_stale_contribution_down) {
+  MergeConfig cfg;
+  cfg.max_staleness = 4;
+  cfg.staleness_discount = 0.5;
+  cfg.weighting = Weighting::uniform;
+  std::vector<double> old{2.0, -4.0}, fresh{1.0, 1.0};
+  std::vector<double> out(2);
+  for (const bool rda : {false, true}) {
+    cfg.rda = rda;
+    // Alone and 2 rounds stale: relative takes it whole, absolute takes a quarter.
+    const std::vector<Contribution> lone{{0, 8, 10, 1, old}};
+    cfg.staleness_scale = StalenessScale::relative;
+    merge(lone, one_segment(2), cfg, 10, out);
+    BOOST_TEST(out[0] == old[0], boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(out[1] == old[1], boost::test_tools::tolerance(1e-12));
+    cfg.staleness_scale = StalenessScale::absolute;
+    auto st = merge(lone, one_segment(2), cfg, 10, out);
+    BOOST_TEST(st.total_weight == 0.25);
+    BOOST_TEST(st.fresh_weight == 1.0);
+    BOOST_TEST(out[0] == 0.5, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(out[1] == -1.0, boost::test_tools::tolerance(1e-12));
+  }
+  // With a fresh one beside it: relative (w 1 and 0.25) mean, then × (1.25 / 2) when absolute.
+  cfg.rda = false;
+  const std::vector<Contribution> both{{0, 8, 10, 1, old}, {1, 10, 10, 1, fresh}};
+  cfg.staleness_scale = StalenessScale::relative;
+  merge(both, one_segment(2), cfg, 10, out);
+  const double r0 = (0.25 * 2.0 + 1.0) / 1.25, r1 = (0.25 * -4.0 + 1.0) / 1.25;
+  BOOST_TEST(out[0] == r0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(out[1] == r1, boost::test_tools::tolerance(1e-12));
+  cfg.staleness_scale = StalenessScale::absolute;
+  merge(both, one_segment(2), cfg, 10, out);
+  BOOST_TEST(out[0] == r0 * 1.25 / 2.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(out[1] == r1 * 1.25 / 2.0, boost::test_tools::tolerance(1e-12));
+  // Fresh contributions are not scaled.
+  const std::vector<Contribution> new_one{{1, 10, 10, 1, fresh}};
+  merge(new_one, one_segment(2), cfg, 10, out);
+  BOOST_TEST(out == fresh, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(nothing_merged_gives_zeros) {
   std::vector<double> d{5.0};
   std::vector<Contribution> c{{0, 0, 10, 1, d}};

@@ -156,6 +156,9 @@ std::vector<Field> fields(RunConfig& c) {
       {"merge", "rda", &c.merge.rda, "radial-directional averaging of non-embedding tensors"},
       {"merge", "max_staleness", &c.merge.max_staleness, "rounds after which a late contribution is dropped"},
       {"merge", "staleness_discount", &c.merge.staleness_discount, "weight × discount^staleness"},
+      {"merge", "staleness_scale", choice(&c.merge.staleness_scale),
+       "\"relative\": the discount shifts weight among a commit's contributions (a lone stale one is taken whole); "
+       "\"absolute\": a stale contribution moves the parameters by discount^staleness of a fresh one's, alone or not"},
       {"merge", "partial_scale", &c.merge.partial_scale,
        "decoupled: a merge of n of L live islands applies n/L of the average (one outer step per period, not L)"},
       {"merge", "max_delta_ratio", &c.merge.max_delta_ratio,

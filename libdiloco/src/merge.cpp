@@ -37,11 +37,13 @@ MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment
       ++st.dropped_stale;
       continue;
     }
-    const double wi = contribution_weight(c, cfg.weighting) * *f;
+    const double w0 = contribution_weight(c, cfg.weighting);
+    const double wi = w0 * *f;
     if (wi <= 0.0) continue;
     w.push_back(wi);
     used.push_back(&c);
     st.total_weight += wi;
+    st.fresh_weight += w0;
   }
   st.merged = static_cast<int>(used.size());
   if (used.empty()) return st;
@@ -72,6 +74,10 @@ MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment
     for (double x : o) n2 += x * x;
     const double scale = n2 > 0.0 ? radius / std::sqrt(n2) : 0.0;
     for (auto& x : o) x *= scale;
+  }
+  if (cfg.staleness_scale == StalenessScale::absolute) {
+    const double f = W / st.fresh_weight;  // ≤ 1: the weighted mean of the staleness factors
+    for (auto& x : out) x *= f;
   }
   return st;
 }

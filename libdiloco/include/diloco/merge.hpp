@@ -53,6 +53,18 @@ struct Choices<BroadcastTo> {
                                                                      {BroadcastTo::contributors, "contributors"}};
 };
 
+/// What the staleness discount is relative to. `relative`: the merge is Σ w·f·δ / Σ w·f over the
+/// commit's contributions (f = discount^staleness), so the discount only shifts weight between
+/// them, and a commit of one stale contribution takes it whole. `absolute`: Σ w·f·δ / Σ w, so a
+/// stale contribution moves the global parameters by f of what a fresh one would, alone or not
+/// (asynchronous SGD's rule, e.g. FedAsync's s(t − τ)).
+enum class StalenessScale { relative, absolute };
+template <>
+struct Choices<StalenessScale> {
+  static constexpr std::pair<StalenessScale, std::string_view> all[] = {{StalenessScale::relative, "relative"},
+                                                                        {StalenessScale::absolute, "absolute"}};
+};
+
 /// How an island takes a merged fragment Θ_p it adopts. `mix`: θ_p ← α·θ_p + (1−α)·Θ_p, always
 /// (Streaming DiLoCo's rule). `rebase`: when the island's own sends of p are all in the Θ_p it
 /// holds, the new Θ_p carries only other islands' progress, and the island keeps its own unsent
@@ -71,6 +83,7 @@ struct MergeConfig {
   bool rda = true;                   // radial-directional averaging for non-embedding tensors
   std::uint64_t max_staleness = 4;   // contributions older than this many rounds are dropped
   double staleness_discount = 0.5;   // weight × discount^staleness
+  StalenessScale staleness_scale = StalenessScale::relative;  // what the discount is relative to
   bool partial_scale = true;         // a merge of n of the L live islands applies n/L of the
                                      // average: contributions that arrive one by one then add
                                      // up over a period to one full outer step, not L of them
@@ -137,13 +150,15 @@ std::optional<double> staleness_factor(const MergeConfig& cfg, std::uint64_t cur
 struct MergeStats {
   int merged = 0;          // contributions that entered the average
   int dropped_stale = 0;   // contributions past max_staleness (or from a future round)
-  double total_weight = 0.0;
+  double total_weight = 0.0;       // Σ w, staleness included
+  double fresh_weight = 0.0;       // Σ w before staleness
 };
 
 /// Merges contributions into `out` (fragment-sized): per segment either the weighted mean
 /// Σwδ/Σw, or (rda and not an embedding) RDA: (Σw‖δ‖/Σw) · unit(Σw·unit(δ)/Σw), which keeps
-/// the norm of near-orthogonal updates instead of shrinking it as 1/√M. With nothing merged
-/// `out` is all zeros.
+/// the norm of near-orthogonal updates instead of shrinking it as 1/√M; w includes the staleness
+/// factor. With cfg.staleness_scale absolute the result is then scaled by Σw / Σ(w before
+/// staleness). With nothing merged `out` is all zeros.
 MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment> segments,
                  const MergeConfig& cfg, std::uint64_t current_round, std::span<double> out);
 
