@@ -3,6 +3,9 @@
 // against the same chip on Eigen's own GEMM (a second run of this program with DILOCO_GEMM=eigen)
 // and against PyTorch running the same architecture (step_throughput_torch.py).
 //
+// Every side runs with OpenBLAS's own choice of kernels for this CPU: OPENBLAS_CORETYPE and
+// OPENBLAS_L2_SIZE are dropped for PyTorch and for this program alike (it restarts itself once).
+//
 //   step_throughput [--batch 8] [--steps 50] [--warmup 5] [--n_embd 128] [--n_layer 4]
 //                   [--n_head 4] [--seq_len 64] [--no-torch] [--no-eigen-gemm]
 //
@@ -241,7 +244,23 @@ std::optional<double> torchscript_tokens_per_s(const Options& o, const diloco::B
 
 }  // namespace
 
+/// OpenBLAS picks its kernels and blocking from OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE while it
+/// loads, so a machine that sets them runs another CPU's kernels. PyTorch's side is started without
+/// them; this process restarts once without them too, so the chip, the TorchScript chip and the
+/// SGEMM figure run the kernels OpenBLAS itself picks for this CPU, as PyTorch does.
+void restart_without_openblas_overrides(char** argv) {
+  const bool set = std::getenv("OPENBLAS_CORETYPE") || std::getenv("OPENBLAS_L2_SIZE");
+  if (!set || std::getenv("DILOCO_KEEP_OPENBLAS_ENV")) return;
+  std::fprintf(stderr, "step_throughput: restarting without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE "
+                       "(set DILOCO_KEEP_OPENBLAS_ENV=1 to keep them)\n");
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("OPENBLAS_L2_SIZE");
+  execv("/proc/self/exe", argv);
+  std::perror("step_throughput: execv /proc/self/exe");  // only reached if the restart failed
+}
+
 int main(int argc, char** argv) try {
+  restart_without_openblas_overrides(argv);
   const Options o = parse(argc, argv);
   diloco::ModelConfig cfg = o.model;
   cfg.kind = "gpt";
