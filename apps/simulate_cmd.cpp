@@ -48,7 +48,7 @@ std::unique_ptr<Flags> add_command(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--sync-latency", f->sync_latency, "send -> arrival at the syncer (t_sync)")->capture_default_str();
   s->add_option("--quorum", c.quorum.min_islands, "K: contributions a round needs")->capture_default_str();
-  s->add_option("--grace", f->grace, "grace rule: adaptive, fixed or none")->capture_default_str();
+  s->add_option("--grace", f->grace, "grace rule: adaptive, fixed, steps or none")->capture_default_str();
   s->add_option("--grace-window", f->grace_window, "fixed grace window")->capture_default_str();
   s->add_option("--gamma", c.quorum.gamma, "adaptive grace: gamma")->capture_default_str();
   s->add_option("--tau", c.quorum.tau, "adaptive grace: overlap steps tau")->capture_default_str();

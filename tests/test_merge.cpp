@@ -198,6 +198,37 @@ BOOST_AUTO_TEST_CASE(a_slow_quorum_leaves_no_grace) {
   BOOST_TEST(decide(q, s, 5.0).merge);
 }
 
+// A window in steps waits for the same share of training on any machine: 30 steps of 10 ms on a
+// quiet one, 30 of 20 ms on a busy one.
+BOOST_AUTO_TEST_CASE(a_grace_in_steps_follows_the_measured_step) {
+  QuorumConfig q;
+  q.min_islands = 1;
+  q.grace = GraceRule::steps;
+  q.grace_steps = 30;
+  RoundState s;
+  s.opened_at = 0.0;
+  s.quorum_at = 1.0;
+  s.arrivals = 1;
+  s.live_islands = 4;
+  s.t_step = 0.010;
+  BOOST_TEST(grace_window(q, s) == 0.3, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(!decide(q, s, 1.29).merge);
+  BOOST_TEST(decide(q, s, 1.3 + 1e-9).merge);
+  s.t_step = 0.020;
+  BOOST_TEST(grace_window(q, s) == 0.6, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(!decide(q, s, 1.5).merge);
+  BOOST_TEST(decide(q, s, 1.6 + 1e-9).merge);
+  // Every live island in: no wait, whatever the window.
+  s.arrivals = 4;
+  BOOST_TEST(decide(q, s, 1.0).merge);
+  // Before any step time is known the window is empty: the quorum commits at once.
+  s.arrivals = 1;
+  s.t_step = 0.0;
+  BOOST_TEST(decide(q, s, 1.0).merge);
+  q.grace_steps = -1;
+  BOOST_TEST(!validate(q).empty());
+}
+
 BOOST_AUTO_TEST_CASE(norm_clip_bounds_by_the_median_of_the_islands_last_norms) {
   NormClip clip(10.0, 7.0);
   BOOST_TEST(clip.bound() == 7.0);       // the start's bound until 3 islands have a norm

@@ -167,8 +167,9 @@ std::vector<Field> fields(RunConfig& c) {
        "decoupled: scale a merged outer gradient down to this × the median over islands of their last merged norms of the fragment (0: off)"},
 
       {"quorum", "min_islands", &c.quorum.min_islands, "K: contributions a round needs"},
-      {"quorum", "grace", choice(&c.quorum.grace), "\"none\", \"fixed\" or \"adaptive\" wait past the quorum"},
+      {"quorum", "grace", choice(&c.quorum.grace), "\"none\", \"fixed\", \"adaptive\" or \"steps\" wait past the quorum"},
       {"quorum", "grace_s", &c.quorum.grace_s, "fixed grace window in seconds"},
+      {"quorum", "grace_steps", &c.quorum.grace_steps, "steps grace: a window of this many inner steps (the islands' measured step time)"},
       {"quorum", "gamma", &c.quorum.gamma, "adaptive grace: γ in γ·max(0, τ·t_step − (t_quorum + t_sync))"},
 
       {"islands", "chips", &c.islands.chips, "decoupled: chips per island (an island steps on the chips that answer)"},

@@ -118,6 +118,7 @@ void NormClip::record(int island, double norm) {
 double grace_window(const QuorumConfig& cfg, const RoundState& s) {
   if (cfg.grace == GraceRule::none) return 0.0;
   if (cfg.grace == GraceRule::fixed) return cfg.grace_s;
+  if (cfg.grace == GraceRule::steps) return cfg.grace_steps * s.t_step;
   const double t_quorum = s.quorum_at ? *s.quorum_at - s.opened_at : 0.0;
   return cfg.gamma * std::max(0.0, cfg.tau * s.t_step - (t_quorum + s.t_sync));
 }
@@ -144,6 +145,7 @@ std::vector<std::string> validate(const QuorumConfig& c) {
   std::vector<std::string> e;
   if (c.min_islands < 1) e.push_back("quorum.min_islands: must be ≥ 1");
   if (!(c.grace_s >= 0.0 && c.grace_s <= kMaxDurationS)) e.push_back("quorum.grace_s: must be in [0, 2592000] s (30 days)");
+  if (!(c.grace_steps >= 0.0 && c.grace_steps <= 1e6)) e.push_back("quorum.grace_steps: must be in [0, 1e6] steps");
   if (!(c.gamma >= 0.0 && c.gamma <= 100.0)) e.push_back("quorum.gamma: must be in [0, 100]");
   return e;
 }

@@ -35,11 +35,12 @@ struct Choices<Weighting> {
 
 /// How long a round waits past its quorum: not at all, a fixed window, or as long as the
 /// overlap can still hide (adaptive).
-enum class GraceRule { none, fixed, adaptive };
+enum class GraceRule { none, fixed, adaptive, steps };
 template <>
 struct Choices<GraceRule> {
   static constexpr std::pair<GraceRule, std::string_view> all[] = {
-      {GraceRule::none, "none"}, {GraceRule::fixed, "fixed"}, {GraceRule::adaptive, "adaptive"}};
+      {GraceRule::none, "none"}, {GraceRule::fixed, "fixed"}, {GraceRule::adaptive, "adaptive"},
+      {GraceRule::steps, "steps"}};
 };
 
 /// Who hears of a commit of fragment p (SyncerCore::due): every island (the change of each
@@ -167,6 +168,7 @@ struct QuorumConfig {
   int min_islands = 1;             // K
   GraceRule grace = GraceRule::adaptive;
   double grace_s = 0.0;            // fixed window
+  double grace_steps = 0.0;        // steps: a window of this many of the islands' inner steps
   double gamma = 1.0;              // adaptive: γ
   int tau = 0;                     // overlap steps the islands can hide a sync behind
 };
@@ -181,8 +183,10 @@ struct RoundState {
   double t_sync = 0.0;                    // estimated merge + broadcast time
 };
 
-/// Grace window after quorum: fixed, none, or adaptive γ·max(0, τ·t_step − (t_quorum + t_sync))
-/// with t_quorum = quorum_at − opened_at, i.e. only as long as the overlap can still hide.
+/// Grace window after quorum: fixed, none, adaptive γ·max(0, τ·t_step − (t_quorum + t_sync))
+/// with t_quorum = quorum_at − opened_at, i.e. only as long as the overlap can still hide, or
+/// steps: grace_steps·t_step, a fixed window counted in the islands' inner steps, so the same
+/// config waits for the same share of training on a faster or slower (or busier) machine.
 double grace_window(const QuorumConfig& cfg, const RoundState& s);
 
 struct QuorumDecision {
