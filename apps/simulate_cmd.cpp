@@ -50,6 +50,8 @@ std::unique_ptr<Flags> add_command(CLI::App& app) {
   s->add_option("--quorum", c.quorum.min_islands, "K: contributions a round needs")->capture_default_str();
   s->add_option("--grace", f->grace, "grace rule: adaptive, fixed, steps or none")->capture_default_str();
   s->add_option("--grace-window", f->grace_window, "fixed grace window")->capture_default_str();
+  s->add_option("--grace-steps", c.quorum.grace_steps, "steps grace: window in inner steps (--step each)")
+      ->capture_default_str();
   s->add_option("--gamma", c.quorum.gamma, "adaptive grace: gamma")->capture_default_str();
   s->add_option("--tau", c.quorum.tau, "adaptive grace: overlap steps tau")->capture_default_str();
   s->add_option("--max-staleness", c.merge.max_staleness, "rounds after which a contribution is dropped")
@@ -92,6 +94,7 @@ Json config_json(const diloco::SimConfig& c) {
               {"quorum", c.quorum.min_islands},
               {"grace", diloco::name_of(c.quorum.grace)},
               {"grace_s", c.quorum.grace_s},
+              {"grace_steps", c.quorum.grace_steps},
               {"gamma", c.quorum.gamma},
               {"tau", c.quorum.tau},
               {"max_staleness", c.merge.max_staleness}};
