@@ -3,8 +3,8 @@
 // against the same chip on Eigen's own GEMM (a second run of this program with DILOCO_GEMM=eigen)
 // and against PyTorch running the same architecture (step_throughput_torch.py).
 //
-// Every side runs with OpenBLAS's own choice of kernels for this CPU: OPENBLAS_CORETYPE and
-// OPENBLAS_L2_SIZE are dropped for PyTorch and for this program alike (it restarts itself once).
+// Every side runs with OpenBLAS's own choice of kernels for this CPU: the program restarts itself
+// once without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, and PyTorch's command inherits that.
 //
 //   step_throughput [--batch 8] [--steps 50] [--warmup 5] [--n_embd 128] [--n_layer 4]
 //                   [--n_head 4] [--seq_len 64] [--no-torch] [--no-eigen-gemm]
@@ -176,7 +176,7 @@ std::string model_flags(const Options& o) {
 /// The PyTorch twin's tokens/s.
 std::optional<double> torch_tokens_per_s(const Options& o, std::string& note) {
   const std::string cmd =
-      "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "
+      "env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "
       "/usr/bin/python3 '" DILOCO_BENCH_DIR "/step_throughput_torch.py'" + model_flags(o) +
       " --vocab " + std::to_string(o.model.vocab) + " 2>&1";
   return run_tokens_per_s(cmd, "torch", note);
@@ -245,9 +245,10 @@ std::optional<double> torchscript_tokens_per_s(const Options& o, const diloco::B
 }  // namespace
 
 /// OpenBLAS picks its kernels and blocking from OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE while it
-/// loads, so a machine that sets them runs another CPU's kernels. PyTorch's side is started without
-/// them; this process restarts once without them too, so the chip, the TorchScript chip and the
-/// SGEMM figure run the kernels OpenBLAS itself picks for this CPU, as PyTorch does.
+/// loads, so a machine that sets them runs another CPU's kernels. This process restarts once
+/// without them, so the chip, the TorchScript chip, the SGEMM figure and the PyTorch command (whose
+/// environment is this one) all run the kernels OpenBLAS itself picks for this CPU; with
+/// DILOCO_KEEP_OPENBLAS_ENV set every side keeps them alike.
 void restart_without_openblas_overrides(char** argv) {
   const bool set = std::getenv("OPENBLAS_CORETYPE") || std::getenv("OPENBLAS_L2_SIZE");
   if (!set || std::getenv("DILOCO_KEEP_OPENBLAS_ENV")) return;

@@ -33,8 +33,8 @@ struct Choices<Weighting> {
                                                                    {Weighting::tokens, "tokens"}};
 };
 
-/// How long a round waits past its quorum: not at all, a fixed window, or as long as the
-/// overlap can still hide (adaptive).
+/// How long a round waits past its quorum: not at all, a fixed window in seconds, as long as the
+/// overlap can still hide (adaptive), or a fixed number of the islands' inner steps.
 enum class GraceRule { none, fixed, adaptive, steps };
 template <>
 struct Choices<GraceRule> {
