@@ -38,7 +38,7 @@ struct IslandState {
   Membership member;                // the syncer it joined, its join requests
   std::unique_ptr<ChipPool> chips;            // hands each step to the chips, gathers their replies
   int incarnation = 0;
-  std::uint64_t rebases = 0, mixes = 0;  // the core's adoptions already added to the island's record
+  std::uint64_t rebases = 0, mixes = 0, carries = 0;  // the core's adoptions already added to the island's record
   double step_started = 0.0;     // actor time the step in flight began (goodput)
   std::shared_ptr<bool> live;    // joined and not dead: counted among the live islands
 };
@@ -52,8 +52,10 @@ void count_adoptions(Self self) {
   auto& r = st.rt->islands[static_cast<std::size_t>(st.island)];
   r.rebased += st.core->rebases() - st.rebases;
   r.mixed += st.core->mixes() - st.mixes;
+  r.carried += st.core->carries() - st.carries;
   st.rebases = st.core->rebases();
   st.mixes = st.core->mixes();
+  st.carries = st.core->carries();
 }
 
 // The phases, each a behaviour that names the messages it takes (defined further down).

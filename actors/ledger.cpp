@@ -107,6 +107,7 @@ Tally Ledger::tally() const {
     t.rejected += r.refused.load();
     t.rebased += r.rebased.load();
     t.mixed += r.mixed.load();
+    t.carried += r.carried.load();
   }
   for (const auto& island : chips)
     for (const auto& c : island) t.live_chips += c.starts.load() - c.ends.load();

@@ -259,6 +259,11 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
     std::printf("adoptions: %llu rebased onto other islands' commits, %llu mixed (a commit with the island's own send, "
                 "or one it could not tell)\n",
                 static_cast<unsigned long long>(t.rebased), static_cast<unsigned long long>(t.mixed));
+  if (cfg.fragments.adopt == diloco::AdoptRule::carry)
+    std::printf("adoptions: %llu rebased onto other islands' commits, %llu carried over a commit of the island's last "
+                "send, %llu mixed (one it could not tell)\n",
+                static_cast<unsigned long long>(t.rebased), static_cast<unsigned long long>(t.carried),
+                static_cast<unsigned long long>(t.mixed));
   print_invariants(end.violations, diloco::actors::RunPart::whole_run);
   if (jsonl) {
     for (const auto& [at, what] : timeline.faults()) jsonl.write(Json{{"fault", what}, {"seconds", at}});
@@ -296,6 +301,7 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"clipped", t.clipped},
                      {"adoptions_rebased", t.rebased},
                      {"adoptions_mixed", t.mixed},
+                     {"adoptions_carried", t.carried},
                      {"invariant_violations", end.violations},
                      {"links", std::move(links)}});
   }

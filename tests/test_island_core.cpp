@@ -183,6 +183,72 @@ BOOST_AUTO_TEST_CASE(rebase_keeps_unsent_progress_whole_and_mixes_while_a_send_i
   }
 }
 
+// fragments.adopt = "carry": a commit that holds the island's last send mixes the parameters
+// the island sent, θ ← α·θ_sent + (1−α)·Θ + (θ − θ_sent), so the steps it trained while the send
+// was on its way stay whole; a commit of other islands' progress alone is a rebase, and one that
+// lacks a send still on its way (or comes after a heal or a restore) a mix.
+BOOST_AUTO_TEST_CASE(carry_mixes_the_sent_parameters_and_keeps_the_progress_since_whole) {
+  OneChip f(9);
+  auto& [t, g, init, grad, chip] = f;
+  SyncerCore s(t.plan, init, sgd_settings(2, 1));
+  IslandSettings is{0, SyncSchedule{4, 1}, 0, 0.25, CodecParams{}, true};
+  is.adopt = AdoptRule::carry;
+  IslandCore a(t.layout, t.plan, is, AdamWConfig{}, init);
+  a.heal(s.join_reply(0), false);
+  auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
+  auto params = [&] { return std::vector<float>(a.params().begin(), a.params().end()); };
+  auto commit = [&](const Frame& fr) {
+    BOOST_REQUIRE(s.receive(fr, 0.0));
+    BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+    BOOST_REQUIRE(a.adopt_frame(s.frame_for(0, 0).value()).value());  // τ = 0: applied at once
+  };
+  auto worst = [&](auto&& want) {
+    double w = 0.0;
+    for (std::size_t j = 0; j < 64; ++j) w = std::max(w, std::abs(double{a.params()[j]} - double(want(j))));
+    return w;
+  };
+  step();
+  step();
+  const auto sent = params();
+  const Frame mine = a.outer_gradient_frame(0).value();
+  step();
+  step();  // trained while the send is on its way
+  const auto now = params();
+  commit(mine);
+  const auto theta = s.params();
+  BOOST_TEST(worst([&](std::size_t j) { return 0.25 * sent[j] + 0.75 * theta[j] + (now[j] - sent[j]); }) < 1e-6);
+  // The plain mix would have kept only a quarter of those two steps.
+  BOOST_TEST(worst([&](std::size_t j) { return 0.25 * now[j] + 0.75 * theta[j]; }) > 1e-5);
+  BOOST_TEST(a.carries() == 1u);
+  BOOST_TEST(a.sends_settled(0));
+  // Island 1's progress alone: a rebase.
+  step();
+  auto before = params();
+  std::vector<float> held(a.global(0).begin(), a.global(0).end());
+  commit(gaussian_frame(1, s.round(0), 64, g));
+  auto theta2 = s.params();
+  BOOST_TEST(worst([&](std::size_t j) { return before[j] + (theta2[j] - held[j]); }) < 1e-6);
+  BOOST_TEST(a.rebases() == 1u);
+  // A commit that lacks the send on its way: a mix.
+  const Frame second = a.outer_gradient_frame(0).value();
+  step();
+  before = params();
+  commit(gaussian_frame(1, s.round(0), 64, g));
+  theta2 = s.params();
+  BOOST_TEST(worst([&](std::size_t j) { return 0.25 * before[j] + 0.75 * theta2[j]; }) < 1e-6);
+  BOOST_TEST(a.mixes() == 1u);
+  // A restored island cannot tell which of its saved sends are merged: the commit of its send
+  // is mixed, as is every commit until its heal.
+  IslandCore b(t.layout, t.plan, is, AdamWConfig{}, init);
+  BOOST_REQUIRE(b.restore(a.state()));
+  BOOST_REQUIRE(s.receive(second, 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  BOOST_REQUIRE(b.adopt_frame(s.frame_for(0, 0).value()).value());
+  BOOST_TEST(b.carries() == 0u);
+  BOOST_TEST(b.mixes() == 1u);
+  BOOST_TEST(a.carries() == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(a_send_withdrawn_at_a_rejoin_gives_its_counters_back_to_the_next_one) {
   OneChip f(3);
   auto& [t, g, init, grad, chip] = f;

@@ -148,7 +148,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"fragments", "encoding", &c.fragments.encoding, "decoupled: outer gradients on the wire: fp32, bf16, int8, int4 or e3m0"},
       {"fragments", "broadcast_encoding", &c.fragments.broadcast_encoding, "actors: merged fragments on the wire: fp32 (exact) or bf16/int8/int4/e3m0 (their change, with error feedback)"},
       {"fragments", "broadcast_to", choice(&c.fragments.broadcast_to), "actors: who gets a commit: \"all\" islands, or its \"contributors\" (each one frame with every commit since its last)"},
-      {"fragments", "adopt", choice(&c.fragments.adopt), "actors: a commit that lacks the island's last send: \"mix\" it in (α) or \"rebase\" onto it (keeps the island's unsent progress)"},
+      {"fragments", "adopt", choice(&c.fragments.adopt), "actors: a commit that lacks the island's last send: \"mix\" it in (α) or \"rebase\" onto it (keeps the island's unsent progress); \"carry\": rebase, and a commit of its last send mixes the θ it sent and keeps the progress since"},
       {"fragments", "block_size", &c.fragments.block_size, "decoupled: values per scale of int8/int4/e3m0"},
       {"fragments", "error_feedback", &c.fragments.error_feedback, "decoupled: carry the quantisation residual into the next send"},
 

@@ -39,6 +39,7 @@ IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, Isla
   sent_at_.assign(P, -1);
   sent_seq_.assign(P, 0);
   merged_seq_.assign(P, 0);
+  sent_theta_.resize(P);
   awaiting_.assign(P, false);
   next_due_.assign(P, std::numeric_limits<double>::quiet_NaN());
 }
@@ -137,6 +138,7 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
   const auto& g = global_[i];
   work_.resize(g.size());
   plan_->gather<float>(p, *params_, work_);
+  if (settings_.adopt == AdoptRule::carry) sent_theta_[i] = work_;  // θ_p as sent (kept if the send fails)
   for (std::size_t j = 0; j < g.size(); ++j) work_[j] = g[j] - work_[j];  // δ_p = Θ_p − θ_p
   FragmentHeader h;
   h.kind = FragmentKind::outer_gradient;
@@ -186,14 +188,27 @@ void IslandCore::diverged(const std::string& what) {
   if (health_) health_ = Error{errc::non_finite, "island " + std::to_string(settings_.island) + " diverged: " + what};
 }
 
-void IslandCore::take(int p, std::span<const float> values, bool rebase) {
+void IslandCore::take(int p, std::span<const float> values, Take how) {
   work_.resize(values.size());
   auto& theta = writable();
   plan_->gather<float>(p, theta, work_);
-  const auto& held = global_[static_cast<std::size_t>(p)];
+  const auto i = static_cast<std::size_t>(p);
+  const auto& held = global_[i];
   const double a = settings_.alpha;
-  for (std::size_t j = 0; j < work_.size(); ++j)
-    work_[j] = rebase ? work_[j] + (values[j] - held[j]) : static_cast<float>(a * work_[j] + (1.0 - a) * values[j]);
+  switch (how) {
+    case Take::rebase:
+      for (std::size_t j = 0; j < work_.size(); ++j) work_[j] += values[j] - held[j];
+      break;
+    case Take::mix:
+      for (std::size_t j = 0; j < work_.size(); ++j) work_[j] = static_cast<float>(a * work_[j] + (1.0 - a) * values[j]);
+      break;
+    case Take::carry: {
+      const auto& sent = sent_theta_[i];
+      for (std::size_t j = 0; j < work_.size(); ++j)
+        work_[j] = static_cast<float>(a * sent[j] + (1.0 - a) * values[j] + (double{work_[j]} - sent[j]));
+      break;
+    }
+  }
   plan_->scatter(p, work_, theta);
 }
 
@@ -259,10 +274,16 @@ void IslandCore::apply_ready() {
     }
     const auto i = static_cast<std::size_t>(it->p);
     // Rebase only onto a fragment that cannot hold any of the island's unmerged progress: all
-    // its sends are in the fragment it holds, so the change is other islands' alone.
-    const bool rebase = settings_.adopt == AdoptRule::rebase && sends_settled(it->p);
-    take(it->p, it->values, rebase);
-    ++(rebase ? rebases_ : mixes_);
+    // its sends are in the fragment it holds, so the change is other islands' alone. Carry only
+    // from a commit that holds the island's last send (of this epoch), θ_p as sent at hand.
+    Take how = Take::mix;
+    if (settings_.adopt != AdoptRule::mix && sends_settled(it->p))
+      how = Take::rebase;
+    else if (settings_.adopt == AdoptRule::carry && it->merged_seq >> 32 == epoch_ && sent_seq_[i] != 0 &&
+             it->merged_seq >= sent_seq_[i] && sent_theta_[i].size() == it->values.size())
+      how = Take::carry;
+    take(it->p, it->values, how);
+    ++(how == Take::rebase ? rebases_ : how == Take::carry ? carries_ : mixes_);
     // Only the island's current epoch counts: a frame from before its last heal reports another.
     if (it->merged_seq >> 32 == epoch_) merged_seq_[i] = std::max(merged_seq_[i], it->merged_seq);
     global_[i] = std::move(it->values);
@@ -305,6 +326,7 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     // those to a dead syncer died with it). So the next commit can be rebased onto.
     sent_seq_[i] = 0;
     merged_seq_[i] = 0;
+    sent_theta_[i].clear();
     if (std::isnan(next_due_[i]))  // a time cadence starts at the first heal; later ones keep its phase
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();
@@ -350,6 +372,7 @@ Status IslandCore::restore(const IslandState& s) {
   // adoption mixes) until the heal that follows, which starts clean (the join keeps θ, so the
   // syncer withdraws those sends).
   sent_seq_.assign(sent_seq_.size(), kUnknownSends);
+  for (auto& t : sent_theta_) t.clear();
   return {};
 }
 

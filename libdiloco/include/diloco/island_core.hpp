@@ -68,7 +68,9 @@ struct IslandSettings {
   double sync_every_s = 0.0;
   /// mix: always the α mix. rebase: a merged fragment that adds only other islands' progress
   /// (all of this island's sends of it are in the fragment it holds) is added as a change,
-  /// θ_p += Θ_p,new − Θ_p,held, keeping the island's unsent progress whole (AdoptRule).
+  /// θ_p += Θ_p,new − Θ_p,held, keeping the island's unsent progress whole. carry: as rebase, and
+  /// a merged fragment that holds the island's last send mixes the θ_p it sent and adds the
+  /// progress made since (AdoptRule).
   AdoptRule adopt = AdoptRule::mix;
   /// The run's islands (0: not known): the syncer's frames list merged sends of at most as many.
   int islands = 0;
@@ -149,9 +151,11 @@ public:
   bool sends_settled(int p) const {
     return merged_seq_[static_cast<std::size_t>(p)] >= sent_seq_[static_cast<std::size_t>(p)];
   }
-  /// Adoptions applied as a rebase / as an α mix since the start.
+  /// Adoptions applied as a rebase / as an α mix / as a mix of the sent θ_p carrying the
+  /// progress since (AdoptRule::carry) since the start.
   std::uint64_t rebases() const { return rebases_; }
   std::uint64_t mixes() const { return mixes_; }
+  std::uint64_t carries() const { return carries_; }
   /// Decodes and checks a broadcast from the syncer, then adopt()s it. Returns whether it was
   /// taken (false: not newer than what the island holds). A global_delta is added to the
   /// fragment the island holds (or has queued) of its from_round; if the island holds another
@@ -194,9 +198,11 @@ public:
 
 private:
   std::vector<float>& writable();  // copy on write if a chip still reads the current vector
-  // Adopts `values` as fragment p: θ_p ← α·θ_p + (1−α)·Θ_new (mix), or θ_p + Θ_new − Θ_held
-  // (rebase: the change is other islands' progress alone).
-  void take(int p, std::span<const float> values, bool rebase);
+  // Adopts `values` as fragment p: θ_p ← α·θ_p + (1−α)·Θ_new (mix), θ_p + Θ_new − Θ_held
+  // (rebase: the change is other islands' progress alone), or α·θ_sent + (1−α)·Θ_new + θ_p −
+  // θ_sent (carry: the commit holds the island's last send).
+  enum class Take { mix, rebase, carry };
+  void take(int p, std::span<const float> values, Take how);
   void apply_ready();
   void diverged(const std::string& what);
 
@@ -218,7 +224,8 @@ private:
   std::uint32_t epoch_ = 0;                  // the high half of the next seq: from the last join reply
   std::uint32_t sends_ = 0;                  // sends so far: the low half of the next seq (2^32
                                              // sends would wrap it: far beyond any run's)
-  std::uint64_t rebases_ = 0, mixes_ = 0;
+  std::uint64_t rebases_ = 0, mixes_ = 0, carries_ = 0;
+  std::vector<std::vector<float>> sent_theta_;  // AdoptRule::carry: θ_p at its last send (empty: none)
   std::vector<bool> awaiting_;               // sent, and no newer round received since
   double now_ = 0.0;                         // the island's clock (set_time)
   std::vector<double> next_due_;             // time cadence: when each fragment falls due next (NaN: before the first heal)

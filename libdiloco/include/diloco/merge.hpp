@@ -71,11 +71,15 @@ struct Choices<StalenessScale> {
 /// holds, the new Θ_p carries only other islands' progress, and the island keeps its own unsent
 /// progress whole, θ_p ← θ_p + (Θ_p,new − Θ_p,held); otherwise (the commit has its last send, or
 /// it cannot tell) it mixes as `mix` does. The syncer's frames say whose sends they merged
-/// (FragmentHeader::merged_seq).
-enum class AdoptRule { mix, rebase };
+/// (FragmentHeader::merged_seq). `carry`: as `rebase`, and a commit that holds the island's last
+/// send mixes the parameters it sent instead of its current ones and carries the progress made
+/// since over whole, θ_p ← α·θ_p,sent + (1−α)·Θ_p,new + (θ_p − θ_p,sent): the τ steps trained
+/// while the send was on its way are not shrunk by α.
+enum class AdoptRule { mix, rebase, carry };
 template <>
 struct Choices<AdoptRule> {
-  static constexpr std::pair<AdoptRule, std::string_view> all[] = {{AdoptRule::mix, "mix"}, {AdoptRule::rebase, "rebase"}};
+  static constexpr std::pair<AdoptRule, std::string_view> all[] = {
+      {AdoptRule::mix, "mix"}, {AdoptRule::rebase, "rebase"}, {AdoptRule::carry, "carry"}};
 };
 
 /// How contributions are combined (Decoupled DiLoCo, arXiv 2604.21428; defaults configurable).

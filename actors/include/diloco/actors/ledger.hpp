@@ -34,6 +34,7 @@ struct IslandRecord {
   std::atomic<std::uint64_t> refused{0};    // frames from the syncer it refused
   std::atomic<std::uint64_t> rebased{0};    // adoptions applied as a rebase (fragments.adopt)
   std::atomic<std::uint64_t> mixed{0};      // adoptions applied as an α mix
+  std::atomic<std::uint64_t> carried{0};    // applied as a mix of the sent θ carrying the progress since
   std::atomic<int> incarnation{0};          // starts so far
   /// The incarnation that is joined and not dead (0: none): alive means joined.
   std::atomic<int> live{0};
@@ -160,7 +161,7 @@ struct Tally {
   std::uint64_t relay_refused = 0;  // ... of which the relays refused
   std::uint64_t relayed = 0;        // frames the relays passed on to the syncer
   std::uint64_t commits = 0;
-  std::uint64_t rebased = 0, mixed = 0;  // the islands' adoptions, by how they were applied
+  std::uint64_t rebased = 0, mixed = 0, carried = 0;  // the islands' adoptions, by how they were applied
 };
 
 /// What happens in a run, and what the apps read: one record per writer (each island, each chip,
