@@ -6,8 +6,12 @@
 // Every side runs with OpenBLAS's own choice of kernels for this CPU: the program restarts itself
 // once without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, and PyTorch's command inherits that.
 //
-//   step_throughput [--batch 8] [--steps 50] [--warmup 5] [--n_embd 128] [--n_layer 4]
-//                   [--n_head 4] [--seq_len 64] [--no-torch] [--no-eigen-gemm]
+// The fraction of SGEMM pairs measurements taken side by side in time: the timed steps run in
+// --rounds slices, each followed by a slice of SGEMM, and the figure is the median of the slices'
+// fractions, so a machine whose speed drifts (a shared VM) moves both sides of each ratio alike.
+//
+//   step_throughput [--batch 8] [--steps 50] [--warmup 5] [--rounds 5] [--n_embd 128]
+//                   [--n_layer 4] [--n_head 4] [--seq_len 64] [--no-torch] [--no-eigen-gemm]
 //
 // The last line of output is one JSON object (for scripts); everything above it is for people.
 // GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 packet code.
@@ -16,8 +20,10 @@
 #endif
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +58,7 @@ struct Options {
   int batch = 8;
   int steps = 50;
   int warmup = 5;
+  int rounds = 5;  // slices of the timed steps, each followed by a slice of SGEMM
   bool torch = true;
   bool eigen_gemm = true;  // also run the chip on Eigen's GEMM (DILOCO_GEMM=eigen), in a child
   diloco::ModelConfig model;  // defaults: C=128, L=4, NH=4, T=64
@@ -68,6 +75,7 @@ Options parse(int argc, char** argv) {
     if (a == "--batch") o.batch = value();
     else if (a == "--steps") o.steps = value();
     else if (a == "--warmup") o.warmup = value();
+    else if (a == "--rounds") o.rounds = value();
     else if (a == "--n_embd") o.model.n_embd = value();
     else if (a == "--n_layer") o.model.n_layer = value();
     else if (a == "--n_head") o.model.n_head = value();
@@ -75,15 +83,15 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-torch") o.torch = false;
     else if (a == "--no-eigen-gemm") o.eigen_gemm = false;
     else if (a == "--help" || a == "-h") {
-      std::puts("step_throughput [--batch N] [--steps N] [--warmup N] [--n_embd C] [--n_layer L]"
+      std::puts("step_throughput [--batch N] [--steps N] [--warmup N] [--rounds N] [--n_embd C] [--n_layer L]"
                 " [--n_head NH] [--seq_len T] [--no-torch] [--no-eigen-gemm]");
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown flag " + a);
     }
   }
-  if (o.batch < 1 || o.steps < 1 || o.warmup < 0)
-    throw std::invalid_argument("--batch and --steps must be >= 1, --warmup >= 0");
+  if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.rounds < 1 || o.rounds > o.steps)
+    throw std::invalid_argument("--batch and --steps must be >= 1, --warmup >= 0, 1 <= --rounds <= --steps");
   return o;
 }
 
@@ -112,9 +120,9 @@ struct AdamW {
   }
 };
 
-/// Single-thread SGEMM at n×n×n, GFLOP/s: through the library's GEMM (`chip`, what the models
-/// multiply with) or through Eigen's own product.
-double sgemm_gflops(int n, bool chip) {
+/// Single-thread SGEMM at n×n×n, GFLOP/s, timed for at least `seconds` and 3 products: through
+/// the library's GEMM (`chip`, what the models multiply with) or through Eigen's own product.
+double sgemm_gflops(int n, bool chip, double seconds = 1.0) {
   Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n);
   Eigen::MatrixXf c(n, n);
   auto product = [&] {
@@ -129,7 +137,7 @@ double sgemm_gflops(int n, bool chip) {
     product();
     ++reps;
     elapsed = seconds_since(t0);
-  } while (elapsed < 1.0 || reps < 3);
+  } while (elapsed < seconds || reps < 3);
   volatile float sink = c(0, 0);
   (void)sink;
   return 2.0 * n * n * n * reps / elapsed / 1e9;
@@ -200,7 +208,16 @@ std::string json_escape(const std::string& s) {
 
 /// Tokens/s of `model` training on `batch` with AdamW for o.steps steps after o.warmup, and the
 /// last loss.
-std::pair<double, float> train_tokens_per_s(diloco::Model& model, const diloco::Batch& batch, const Options& o) {
+struct Throughput {
+  double tokens_per_s = 0;               // over every timed step
+  float loss = 0;                        // after the last step
+  std::vector<double> slice_tokens_per_s;  // per slice of the timed steps (--rounds)
+};
+
+/// Trains o.warmup + o.steps steps; the timed ones run in o.rounds slices with `between` called
+/// after each (untimed): the SGEMM slices that pair with them.
+Throughput train_tokens_per_s(diloco::Model& model, const diloco::Batch& batch, const Options& o,
+                              const std::function<void()>& between = {}) {
   const auto& layout = model.layout();
   std::vector<float> params(layout.size()), grads(layout.size());
   model.init(params, 1234);
@@ -210,12 +227,27 @@ std::pair<double, float> train_tokens_per_s(diloco::Model& model, const diloco::
     opt.step(params, grads);
     return loss;
   };
-  float loss = 0;
-  for (int s = 0; s < o.warmup; ++s) loss = step();
-  const auto t0 = clock_type::now();
-  for (int s = 0; s < o.steps; ++s) loss = step();
-  const double elapsed = seconds_since(t0);
-  return {static_cast<double>(batch.B) * batch.T * o.steps / elapsed, loss};
+  Throughput r;
+  for (int s = 0; s < o.warmup; ++s) r.loss = step();
+  const double tokens_per_step = static_cast<double>(batch.B) * batch.T;
+  double elapsed = 0;
+  for (int k = 0; k < o.rounds; ++k) {
+    const int n = o.steps / o.rounds + (k < o.steps % o.rounds ? 1 : 0);
+    const auto t0 = clock_type::now();
+    for (int s = 0; s < n; ++s) r.loss = step();
+    const double dt = seconds_since(t0);
+    elapsed += dt;
+    r.slice_tokens_per_s.push_back(tokens_per_step * n / dt);
+    if (between) between();
+  }
+  r.tokens_per_s = tokens_per_step * o.steps / elapsed;
+  return r;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 #ifdef DILOCO_HAS_TORCH
@@ -238,7 +270,7 @@ std::optional<double> torchscript_tokens_per_s(const Options& o, const diloco::B
   cfg.path = path.string();
   auto model = diloco::make_model(cfg);
   std::filesystem::remove(path);
-  return train_tokens_per_s(*model, batch, o).first;
+  return train_tokens_per_s(*model, batch, o).tokens_per_s;
 }
 #endif
 
@@ -276,13 +308,24 @@ int main(int argc, char** argv) try {
   diloco::Rng rng(99);
   for (auto& t : batch.tokens) t = static_cast<std::uint32_t>(rng.below(cfg.vocab));
 
-  const auto [tokens_per_s, loss] = train_tokens_per_s(*model, batch, o);
+  // Each slice of steps is followed by 0.3 s of SGEMM through the chip's GEMM: the pairs give
+  // the fraction (their median), and the SGEMM figure is the median of the slices.
+  std::vector<double> sgemm_slices;
+  const auto run = train_tokens_per_s(*model, batch, o, [&] { sgemm_slices.push_back(sgemm_gflops(1024, true, 0.3)); });
+  const double tokens_per_s = run.tokens_per_s;
+  const float loss = run.loss;
   const double elapsed = static_cast<double>(B) * T * o.steps / tokens_per_s;
   const double flops_per_token = model->flops_per_token(T);
   const double model_gflops = tokens_per_s * flops_per_token / 1e9;
+  std::vector<double> fractions;
+  for (std::size_t k = 0; k < sgemm_slices.size(); ++k)
+    fractions.push_back(run.slice_tokens_per_s[k] * flops_per_token / 1e9 / sgemm_slices[k]);
+  const double fraction = median(fractions);
+  const auto [fmin, fmax] = std::minmax_element(fractions.begin(), fractions.end());
+  const auto [smin, smax] = std::minmax_element(sgemm_slices.begin(), sgemm_slices.end());
 
   const std::string gemm = diloco::nn::gemm_backend();
-  const double peak = sgemm_gflops(1024, true);
+  const double peak = median(sgemm_slices);
   const double eigen_peak = gemm == "eigen" ? peak : sgemm_gflops(1024, false);
 
   std::string torch_note, ts_note = "not built (no libtorch)", eg_note = "skipped (--no-eigen-gemm)";
@@ -302,8 +345,10 @@ int main(int argc, char** argv) try {
   std::printf("  %-34s %12.3f\n", "final loss", loss);
   std::printf("  %-34s %12.2f\n", "MFLOP/token (fwd+bwd)", flops_per_token / 1e6);
   std::printf("  %-34s %12.1f\n", "model GFLOP/s", model_gflops);
-  std::printf("  %-34s %12.1f\n", ("SGEMM n=1024 GFLOP/s (" + gemm + ")").c_str(), peak);
-  std::printf("  %-34s %11.1f%%\n", "fraction of that SGEMM", 100.0 * model_gflops / peak);
+  std::printf("  %-34s %12.1f   (median of %zu slices, %.1f to %.1f)\n",
+              ("SGEMM n=1024 GFLOP/s (" + gemm + ")").c_str(), peak, sgemm_slices.size(), *smin, *smax);
+  std::printf("  %-34s %11.1f%%   (median of the slices' own, %.1f%% to %.1f%%)\n", "fraction of that SGEMM",
+              100.0 * fraction, 100.0 * *fmin, 100.0 * *fmax);
   if (gemm != "eigen") std::printf("  %-34s %12.1f\n", "Eigen's SGEMM n=1024 GFLOP/s", eigen_peak);
   if (eg) {
     std::printf("  %-34s %12.0f\n", "C++ on Eigen's GEMM tokens/s", *eg);
@@ -336,11 +381,12 @@ int main(int argc, char** argv) try {
   if (ts) std::printf("\"torchscript_tokens_per_s\":%.1f,", *ts);
   else std::printf("\"torchscript_tokens_per_s\":null,");
   std::printf("\"eigen_sgemm_gflops\":%.2f,", eigen_peak);
-  std::printf("\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"peak_fraction\":%.4f,"
+  std::printf("\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_gflops_min\":%.2f,\"sgemm_gflops_max\":%.2f,"
+              "\"peak_fraction\":%.4f,\"peak_fraction_min\":%.4f,\"peak_fraction_max\":%.4f,"
               "\"flops_per_token\":%.0f,\"config\":{\"n_embd\":%d,\"n_layer\":%d,\"n_head\":%d,"
-              "\"seq_len\":%d,\"batch\":%d,\"steps\":%d,\"threads\":1}}\n",
-              model_gflops, peak, model_gflops / peak, flops_per_token, cfg.n_embd, cfg.n_layer,
-              cfg.n_head, T, B, o.steps);
+              "\"seq_len\":%d,\"batch\":%d,\"steps\":%d,\"rounds\":%d,\"threads\":1}}\n",
+              model_gflops, peak, *smin, *smax, fraction, *fmin, *fmax, flops_per_token, cfg.n_embd,
+              cfg.n_layer, cfg.n_head, T, B, o.steps, o.rounds);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "step_throughput: %s\n", e.what());
