@@ -255,15 +255,14 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
               100.0 * gp.goodput, gp.useful_chip_s, gp.provisioned_chip_s, gp.lost_failure_chip_s, gp.lost_stale_chip_s,
               gp.in_flight_chip_s, gp.global_downtime_s);
-  if (cfg.fragments.adopt == diloco::AdoptRule::rebase)
-    std::printf("adoptions: %llu rebased onto other islands' commits, %llu mixed (a commit with the island's own send, "
-                "or one it could not tell)\n",
-                static_cast<unsigned long long>(t.rebased), static_cast<unsigned long long>(t.mixed));
-  if (cfg.fragments.adopt == diloco::AdoptRule::carry)
-    std::printf("adoptions: %llu rebased onto other islands' commits, %llu carried over a commit of the island's last "
-                "send, %llu mixed (one it could not tell)\n",
-                static_cast<unsigned long long>(t.rebased), static_cast<unsigned long long>(t.carried),
-                static_cast<unsigned long long>(t.mixed));
+  if (cfg.fragments.adopt != diloco::AdoptRule::mix) {
+    const bool carry = cfg.fragments.adopt == diloco::AdoptRule::carry;
+    std::printf("adoptions: %llu rebased onto other islands' commits, ", static_cast<unsigned long long>(t.rebased));
+    if (carry)
+      std::printf("%llu carried over a commit of the island's last send, ", static_cast<unsigned long long>(t.carried));
+    std::printf("%llu mixed (%s)\n", static_cast<unsigned long long>(t.mixed),
+                carry ? "one it could not tell" : "a commit with the island's own send, or one it could not tell");
+  }
   print_invariants(end.violations, diloco::actors::RunPart::whole_run);
   if (jsonl) {
     for (const auto& [at, what] : timeline.faults()) jsonl.write(Json{{"fault", what}, {"seconds", at}});

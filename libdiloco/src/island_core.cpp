@@ -138,7 +138,6 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
   const auto& g = global_[i];
   work_.resize(g.size());
   plan_->gather<float>(p, *params_, work_);
-  if (settings_.adopt == AdoptRule::carry) sent_theta_[i] = work_;  // θ_p as sent (kept if the send fails)
   for (std::size_t j = 0; j < g.size(); ++j) work_[j] = g[j] - work_[j];  // δ_p = Θ_p − θ_p
   FragmentHeader h;
   h.kind = FragmentKind::outer_gradient;
@@ -158,6 +157,10 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
     ++sends_;
     sent_seq_[i] = h.seq;
     sent_at_[i] = step_;
+    if (settings_.adopt == AdoptRule::carry) {  // θ_p as sent: θ itself is unchanged since work_ was gathered
+      sent_theta_[i].resize(g.size());
+      plan_->gather<float>(p, *params_, sent_theta_[i]);
+    }
     if (const double period = settings_.sync_every_s; period > 0.0) {
       next_due_[i] += period;  // the phase stays, unless the send came more than a period late
       if (!(next_due_[i] > now_)) next_due_[i] = now_ + period;
@@ -279,7 +282,7 @@ void IslandCore::apply_ready() {
     Take how = Take::mix;
     if (settings_.adopt != AdoptRule::mix && sends_settled(it->p))
       how = Take::rebase;
-    else if (settings_.adopt == AdoptRule::carry && it->merged_seq >> 32 == epoch_ && sent_seq_[i] != 0 &&
+    else if (settings_.adopt == AdoptRule::carry && it->merged_seq >> 32 == epoch_ &&
              it->merged_seq >= sent_seq_[i] && sent_theta_[i].size() == it->values.size())
       how = Take::carry;
     take(it->p, it->values, how);
