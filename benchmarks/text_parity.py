@@ -22,13 +22,16 @@ of any figure); every arm then trains --steps inner steps per island from it.
                             [--lrs 4e-3,8e-3,1.6e-2] [--outer 1.0:0.0,0.7:0.9]
                             [--modes ddp,diloco,decoupled] [--ddp-loss X] [--set KEY=VALUE ...]
                             [--model-set model.KEY=VALUE ...]
-                            [--out DIR] [--no-run]
+                            [--out DIR] [--no-run] [--simulate]
 
 --modes runs only some arms (e.g. diloco and decoupled at another H); the figures are then set
 against --ddp-loss, ddp's held-out loss (at its dev-chosen rate) from an earlier run from the
 same start. With --out, every finished run is kept in DIR/runs.json and not run again by a later
 call with the same DIR and the same settings (the shared start too), so a grid can grow in steps;
 --no-run prints the table of the grid's runs kept there and runs nothing.
+
+--simulate runs the arms (not the shared start) in virtual time, `diloco run --simulate`: the islands
+step in lockstep and a run gives the same figures on any machine, bit for bit.
 
 Prints a table and, as its last line, one JSON object.
 """
@@ -92,6 +95,9 @@ def main():
                     help="a model setting (model.KEY=VALUE) for the shared start, every arm and the evaluations")
     ap.add_argument("--out", default=None, help="keep checkpoints, metrics and finished runs here")
     ap.add_argument("--no-run", action="store_true", help="only the runs of the grid kept in --out: run nothing")
+    ap.add_argument("--simulate", action="store_true",
+                    help="run the arms (not the shared start) in virtual time (`diloco run --simulate`): islands "
+                         "step in lockstep and each run is the same on any machine, bit for bit")
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="text_parity.")
     os.makedirs(out, exist_ok=True)
@@ -146,8 +152,9 @@ def main():
             for olr, omom in ([(None, None)] if mode == "ddp" else outers):
                 outer_sets = [] if olr is None else [f"outer.lr={olr}", f"outer.momentum={omom}"]
                 sets = budget + [f'train.mode="{mode}"', f"inner.lr={lr}"] + outer_sets + a.set
-                key = json.dumps({"pretrain": pre_key, "sets": sets})
+                key = json.dumps({"pretrain": pre_key, "sets": sets, **({"simulate": True} if a.simulate else {})})
                 tag = f"{mode}_S{S}_H{H}_lr{lr:g}" + ("" if olr is None else f"_o{olr:g}m{omom:g}")
+                tag += "_sim" if a.simulate else ""
                 for extra in a.model_set + a.set:
                     tag += "_" + "".join(c for c in extra if c.isalnum() or c in ".-")
                 t = time.time()
@@ -156,7 +163,8 @@ def main():
                 if key not in cache:
                     ckpt = os.path.join(out, tag + ".safetensors")
                     s = diloco_runs.run(a.diloco, CONFIG, common + sets, os.path.join(out, tag + ".jsonl"),
-                                        actors=True, init=pre_path, save=ckpt)["summary"]
+                                        actors=True, init=pre_path, save=ckpt,
+                                        extra=["--simulate"] if a.simulate else [])["summary"]
                     test, dev = evaluate(ckpt)
                     cache[key] = {"lr": lr, "outer_lr": olr, "outer_momentum": omom if olr is not None else None,
                                   "loss": test["loss"], "dev_loss": dev["loss"], "tokens_predicted": test["tokens"],
@@ -198,7 +206,7 @@ def main():
     print(f"total {time.time() - t0:.0f} s")
     print(json.dumps({"benchmark": "text_parity", "steps": S, "ddp_loss": base, "H": H, "rounds": S // H,
                       "pretrain": a.pretrain, "pretrained_loss": pre["loss"], "eval_tokens": pre["tokens"],
-                      "eval_bytes": eval_bytes, "chosen_on": chosen_on, "sets": a.set, "model": a.model_set, "best": best, "runs": runs,
+                      "eval_bytes": eval_bytes, "chosen_on": chosen_on, "simulate": a.simulate, "sets": a.set, "model": a.model_set, "best": best, "runs": runs,
                       "targets": targets}))
 
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -280,6 +281,21 @@ BOOST_AUTO_TEST_CASE(gpt_gradients_match_for_odd_sizes_and_full_context) {
   perturb(p, 15, 0.1);
   const double worst = gradient_check(net, p, random_batch(3, 5, 16), 10);
   BOOST_TEST_MESSAGE("GPT (C=12, NH=3) worst relative error " << worst);
+}
+
+BOOST_AUTO_TEST_CASE(gpt_gradients_overwrite_whatever_the_buffer_held) {
+  // The Model contract: loss_and_grad overwrites grads, so a buffer left with NaN (or a previous
+  // step's values) changes nothing.
+  Gpt<float> net(tiny_gpt());
+  std::vector<float> p(net.layout().size());
+  net.init(p, 31);
+  const auto batch = random_batch(2, 8, 32);
+  std::vector<float> clean(p.size(), 0.0f), dirty(p.size(), std::numeric_limits<float>::quiet_NaN());
+  const float a = net.loss_and_grad(p, batch, clean);
+  const float b = net.loss_and_grad(p, batch, dirty);
+  BOOST_TEST(a == b);
+  BOOST_TEST(std::all_of(dirty.begin(), dirty.end(), [](float x) { return std::isfinite(x); }));
+  BOOST_TEST(clean == dirty, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(mlp_gradients_match_finite_differences_for_every_tensor) {
