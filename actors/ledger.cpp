@@ -114,6 +114,7 @@ Tally Ledger::tally() const {
   t.bytes_sent += syncer.bytes_down.load();
   t.commits = syncer.commits.load();
   t.dropped_stale = syncer.dropped_stale.load();
+  t.superseded = syncer.superseded.load();
   t.clipped = syncer.clipped.load();
   t.rejected += syncer.refused.load() + gateway.refused.load();
   for (const auto& r : gateway.relay_refused) t.relay_refused += r.load();

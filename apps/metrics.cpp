@@ -375,6 +375,7 @@ std::string Monitor::status_json() const {
               {"train_loss", std::isfinite(s.train_loss) ? Json(s.train_loss) : Json()},
               {"eval_loss", std::isfinite(s.eval_loss) ? Json(s.eval_loss) : Json()},
               {"dropped_stale", s.tally.dropped_stale},
+              {"superseded", s.tally.superseded},
               {"clipped", s.tally.clipped},
               {"refused", s.tally.rejected},
               {"islands", std::move(islands)},
@@ -415,6 +416,8 @@ std::string Monitor::metrics() const {
   gauge("diloco_global_round", "Global rounds committed (the syncer's round counter)").Add({}).Set(static_cast<double>(s.round));
   follow(counter("diloco_commits_total", "Fragment commits (merges) by the syncer").Add({}), static_cast<double>(s.tally.commits));
   follow(counter("diloco_stale_drops_total", "Contributions dropped as too stale").Add({}), static_cast<double>(s.tally.dropped_stale));
+  follow(counter("diloco_superseded_sends_total", "Sends replaced by the same island's next before a commit").Add({}),
+         static_cast<double>(s.tally.superseded));
   follow(counter("diloco_clipped_total", "Merged outer gradients scaled down to their fragment's norm bound (merge.clip_ratio)").Add({}),
          static_cast<double>(s.tally.clipped));
   auto& refused = counter("diloco_frames_refused_total", "Frames refused, by reason (an errc name or the refusing session)");

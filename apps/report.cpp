@@ -250,6 +250,9 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
               static_cast<unsigned long long>(t.commits), static_cast<unsigned long long>(t.dropped_stale),
               static_cast<unsigned long long>(t.rejected));
   if (t.clipped > 0) std::printf(", %llu outer gradients clipped", static_cast<unsigned long long>(t.clipped));
+  if (t.superseded > 0)
+    std::printf(", %llu sends superseded by the same island's next before a commit",
+                static_cast<unsigned long long>(t.superseded));
   std::printf("\n");
   std::printf("goodput %.1f%%: %.1f of %.1f chip-seconds reached the global model (lost: %.1f to failures, %.1f to "
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
@@ -297,6 +300,7 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"rounds", end.rounds},
                      {"commits", t.commits},
                      {"dropped_stale", t.dropped_stale},
+                     {"superseded", t.superseded},
                      {"clipped", t.clipped},
                      {"adoptions_rebased", t.rebased},
                      {"adoptions_mixed", t.mixed},

@@ -90,7 +90,7 @@ while True:
     time.sleep(0.1)
 for name in ["diloco_global_round", "diloco_commits_total", "diloco_live_islands", "diloco_live_chips",
              "diloco_goodput_ratio", "diloco_global_downtime_seconds_total", "diloco_tokens_total",
-             "diloco_stale_drops_total", "diloco_eval_loss", "diloco_commit_contributions_count",
+             "diloco_stale_drops_total", "diloco_superseded_sends_total", "diloco_eval_loss", "diloco_commit_contributions_count",
              "diloco_contribution_staleness_rounds_count", "diloco_quorum_islands"]:
     value(first, name)
 for i in range(3):

@@ -68,6 +68,8 @@ struct SyncerRecord {
   std::atomic<std::uint64_t> bytes_down{0};     // frame bytes sent to islands
   std::atomic<std::uint64_t> dropped_stale{0};  // outer gradients too stale or repeating merged progress
   std::atomic<std::uint64_t> refused{0};        // frames refused (malformed, unknown sender, ...)
+  std::atomic<std::uint64_t> superseded{0};     // sends replaced, before a commit, by a newer one of the
+                                                // same island (it sent again while the first waited)
   std::atomic<std::uint64_t> clipped{0};        // merged outer gradients scaled down to their fragment's
                                                 // norm bound (merge.clip_ratio; SyncerStats::clipped)
   /// Tokens of the contributions merged into the global model since the run began (kept in the
@@ -156,6 +158,7 @@ struct Tally {
   int live_chips = 0;
   int islands_done = 0;
   std::uint64_t dropped_stale = 0;
+  std::uint64_t superseded = 0;     // sends replaced by a newer one of the same island before a commit
   std::uint64_t clipped = 0;        // merged outer gradients scaled down to their fragment's norm bound
   std::uint64_t rejected = 0;       // every refused frame: the islands', the syncer's, the gateway's, the relays'
   std::uint64_t relay_refused = 0;  // ... of which the relays refused
