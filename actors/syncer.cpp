@@ -411,9 +411,9 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
       [=](repaired_atom) { rt->dir.set_syncer(caf::actor_cast<caf::actor>(self)); },
       [](grad_atom, const WireFrame&) {},  // ddp's, not of this protocol (param_server.cpp)
       [=](fragment_atom, const WireFrame& w) {
-        const auto superseded = self->state.core->stats().superseded;
+        const auto superseded = self->state.core->superseded();
         auto got = self->state.core->receive(detail::bytes_of(w), detail::now_s(self));
-        rt->syncer.superseded += self->state.core->stats().superseded - superseded;
+        rt->syncer.superseded += self->state.core->superseded() - superseded;
         if (!got) {
           const bool stale = got.error().code == errc::stale_round;
           ++(stale ? rt->syncer.dropped_stale : rt->syncer.refused);

@@ -363,6 +363,7 @@ BOOST_AUTO_TEST_CASE(newer_frame_of_an_island_supersedes_its_pending_one) {
   BOOST_REQUIRE_EQUAL(s.poll(1.0).size(), 1u);
   BOOST_TEST(s.params()[0] == -3.0f);
   BOOST_TEST(s.stats().superseded == 1u);
+  BOOST_TEST(s.superseded() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(syncer_restored_from_snapshot_continues_rounds) {

@@ -131,6 +131,8 @@ public:
   int pending(int p) const { return static_cast<int>(pending_[static_cast<std::size_t>(p)].size()); }
   std::span<const float> params() const { return params_; }
   const SyncerStats& stats() const;
+  /// stats().superseded alone, without rebuilding the refusal counts (read per received frame).
+  std::uint64_t superseded() const { return stats_.superseded; }
   const SyncerSettings& settings() const { return settings_; }
 
   /// The islands due a frame of fragment p (settings().broadcast_to): after a commit, every
