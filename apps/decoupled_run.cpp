@@ -142,8 +142,8 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   auto model = make_model(cfg.model);
   const auto eval = rt->corpus.eval_windows(cfg.model.seq_len, cfg.train.eval_windows);
   const auto round_eval = rt->corpus.progress_windows(cfg.model.seq_len, cfg.train.round_eval_windows);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  log_start(*rt, config_label, cores);
+  const unsigned threads = scheduler_threads(cfg);
+  log_start(*rt, config_label, threads);
   std::uint64_t resumed_round = 0;
   if (state.dir && state.dir->resuming) {
     const auto [global, round] = resume_islands(*rt, state);
@@ -163,7 +163,7 @@ int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, 
   }
 
   caf::actor_system_config sc;
-  configure_runtime_system(sc, static_cast<std::size_t>(cores));
+  configure_runtime_system(sc, static_cast<std::size_t>(threads));
   // --simulate: CAF's deterministic test coordinator runs every actor on this thread, one message
   // at a time in a fixed order, and its clock moves only when the next timer fires.
   if (simulate) sc.set("scheduler.policy", caf::atom("testing"));

@@ -195,7 +195,7 @@ int run_syncer_process(diloco::RunConfig cfg, const NetFlags& f, const Leadershi
   const auto round_eval = rt->corpus.progress_windows(cfg.model.seq_len, cfg.train.round_eval_windows);
 
   caf::actor_system_config sc;
-  configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
+  configure_runtime_system(sc, scheduler_threads(cfg));
   configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
   auto server = serve_http(http_at, *rt, "syncer", {}, actor_clock(sys), *monitor);
@@ -432,7 +432,7 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
     if (auto line = site_line(e, every)) tl->line(*line);
   });
   caf::actor_system_config sc;
-  configure_runtime_system(sc, std::max(1u, std::thread::hardware_concurrency()));
+  configure_runtime_system(sc, scheduler_threads(cfg));
   configure_network(sc, cfg.net);
   caf::actor_system sys(sc);
   // A joiner's page shows every open island (those it is not given stay at step 0): the monitor is

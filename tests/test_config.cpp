@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <limits>
+#include <thread>
 
 #include "bigram_model.hpp"
 #include "diloco/config.hpp"
@@ -250,6 +251,16 @@ at_step = 3
                       "syncers: train.mode \"ddp\" has a parameter server, which is not replicated"));
   BOOST_TEST(mentions(problems_of("[train]\nfinal_sync_s = -1.0\n"), "train.final_sync_s: must be"));
   BOOST_TEST(mentions(problems_of("[train]\nfinal_sync_s = inf\n"), "train.final_sync_s: must be"));
+}
+
+BOOST_AUTO_TEST_CASE(scheduler_threads_are_one_per_core_unless_train_threads_says) {
+  const RunConfig defaults = parse_config("", {}, "test.toml");
+  BOOST_TEST(defaults.train.threads == 0);
+  BOOST_TEST(scheduler_threads(defaults) == std::max(1u, std::thread::hardware_concurrency()));
+  const RunConfig four = parse_config("[train]\nthreads = 4\n", {}, "test.toml");
+  BOOST_TEST(scheduler_threads(four) == 4u);
+  BOOST_TEST(mentions(problems_of("[train]\nthreads = -1\n"), "train.threads: must be in [0, 1024]"));
+  BOOST_TEST(mentions(problems_of("", {"train.threads=5000"}), "train.threads: must be in [0, 1024]"));
 }
 
 BOOST_AUTO_TEST_CASE(sites_share_a_link_and_override_the_wan_settings) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <string_view>
+#include <thread>
 #include <variant>
 
 #include "diloco/codec.hpp"
@@ -31,6 +32,7 @@ constexpr float kMaxInitStd = 100.0f;
 constexpr double kMinSpeed = 1e-3;                        // a chip at speed s waits 1/s − 1 times its compute
 constexpr double kMaxLoss = 0.999;                        // a frame is sent 1/(1 − loss) times on average
 constexpr int kMaxIslands = 1024;                            // train.islands
+constexpr int kMaxSchedulerThreads = 1024;                   // train.threads
 
 // A setting that names one of an enum's choices (choice.hpp), bound through its name table.
 struct ChoicePtr {
@@ -124,6 +126,10 @@ std::vector<Field> fields(RunConfig& c) {
       {"train", "final_sync_s", &c.train.final_sync_s,
        "decoupled on actors: at the end each island sends its unsent progress; seconds the run waits for those "
        "contributions to merge (0: no final sync)"},
+      {"train", "threads", &c.train.threads,
+       "actor runs (run, syncer, site): scheduler threads that the islands, chips and syncer share (0: one per "
+       "core). More threads than cores lets the operating system share the cores among the islands, so islands "
+       "that outnumber the cores step at an even pace instead of drifting apart"},
 
       {"inner", "lr", &c.inner.lr, "AdamW peak learning rate"},
       {"inner", "beta1", &c.inner.beta1, "AdamW β1"},
@@ -721,6 +727,11 @@ MemoryNeed memory_need(const RunConfig& c) {
   return n;
 }
 
+unsigned scheduler_threads(const RunConfig& c) {
+  if (c.train.threads > 0) return static_cast<unsigned>(c.train.threads);
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 int site_count(const RunConfig& c) { return c.sites.empty() ? c.train.islands : static_cast<int>(c.sites.size()); }
 
 int site_of(const RunConfig& c, int island) {
@@ -802,6 +813,9 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   if (t.islands < 1 || t.islands > kMaxIslands)
     e.push_back("train.islands: must be in [1, " + std::to_string(kMaxIslands) + "] (got " + std::to_string(t.islands) + ")");
   if (t.steps < 1) e.push_back("train.steps: must be ≥ 1 (got " + std::to_string(t.steps) + ")");
+  if (t.threads < 0 || t.threads > kMaxSchedulerThreads)
+    e.push_back("train.threads: must be in [0, " + std::to_string(kMaxSchedulerThreads) + "] (0: one per core; got " +
+                std::to_string(t.threads) + ")");
   if (t.budget == Budget::total_tokens && t.mode != TrainMode::decoupled)
     e.push_back("train.budget: \"total_tokens\" is for mode \"decoupled\" (the synchronous modes step together)");
   if (!(t.sync_every_s >= 0.0) || !std::isfinite(t.sync_every_s)) e.push_back("train.sync_every_s: must be a finite number ≥ 0");

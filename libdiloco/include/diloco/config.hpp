@@ -69,6 +69,7 @@ struct TrainConfig {
                                  // it has not sent yet and the run waits up to this long for
                                  // those last contributions to merge (0: end at once, unsent
                                  // progress is not merged)
+  int threads = 0;               // actor runs: CAF scheduler threads (0: one per core)
 };
 
 /// Streaming DiLoCo fragments (arXiv 2501.18512).
@@ -219,6 +220,9 @@ struct RunConfig {
   NetConfig net;
   ChaosConfig chaos;
 };
+
+/// The actor system's scheduler threads: train.threads, or one per core when it is 0.
+unsigned scheduler_threads(const RunConfig& cfg);
 
 /// Number of sites: the [[sites]] tables, or one per island without them.
 int site_count(const RunConfig& cfg);
