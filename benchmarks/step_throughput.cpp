@@ -10,6 +10,10 @@
 // --rounds slices, each followed by a slice of SGEMM, and the figure is the median of the slices'
 // fractions, so a machine whose speed drifts (a shared VM) moves both sides of each ratio alike.
 //
+// The columns above train with a minimal AdamW of this file, the same update as PyTorch's twin.
+// One more column trains the chip with the library's AdamW as the runtime's chips run it (global
+// gradient norm, clipping at 1.0, the schedule): what a run of `diloco` gets per step.
+//
 //   step_throughput [--batch 8] [--steps 50] [--warmup 5] [--rounds 5] [--n_embd 128]
 //                   [--n_layer 4] [--n_head 4] [--seq_len 64] [--no-torch] [--no-eigen-gemm]
 //
@@ -36,6 +40,7 @@
 #include <vector>
 
 #include "diloco/model.hpp"
+#include "diloco/optim.hpp"
 #include "diloco/rng.hpp"
 #include "gemm.hpp"  // the library's private GEMM, so the SGEMM figure is the one the chip uses
 #ifdef DILOCO_HAS_TORCH
@@ -217,14 +222,18 @@ struct Throughput {
 /// Trains o.warmup + o.steps steps; the timed ones run in o.rounds slices with `between` called
 /// after each (untimed): the SGEMM slices that pair with them.
 Throughput train_tokens_per_s(diloco::Model& model, const diloco::Batch& batch, const Options& o,
-                              const std::function<void()>& between = {}) {
+                              const std::function<void()>& between = {}, bool library_adamw = false) {
   const auto& layout = model.layout();
   std::vector<float> params(layout.size()), grads(layout.size());
   model.init(params, 1234);
   AdamW opt(layout);
+  diloco::AdamWConfig lib_cfg;  // the runtime's defaults: clipping at 1.0, warm-up, weight decay 0.1
+  lib_cfg.lr = opt.lr;
+  diloco::AdamW lib(layout, lib_cfg);
   auto step = [&] {
     const float loss = model.loss_and_grad(params, batch, grads);
-    opt.step(params, grads);
+    if (library_adamw) lib.step(params, grads);
+    else opt.step(params, grads);
     return loss;
   };
   Throughput r;
@@ -314,6 +323,7 @@ int main(int argc, char** argv) try {
   const auto run = train_tokens_per_s(*model, batch, o, [&] { sgemm_slices.push_back(sgemm_gflops(1024, true, 0.3)); });
   const double tokens_per_s = run.tokens_per_s;
   const float loss = run.loss;
+  const double lib_tokens_per_s = train_tokens_per_s(*model, batch, o, {}, true).tokens_per_s;
   const double elapsed = static_cast<double>(B) * T * o.steps / tokens_per_s;
   const double flops_per_token = model->flops_per_token(T);
   const double model_gflops = tokens_per_s * flops_per_token / 1e9;
@@ -342,6 +352,8 @@ int main(int argc, char** argv) try {
   std::printf("  %-34s %12s\n", "GEMM of the chip", gemm.c_str());
   std::printf("  %-34s %12.0f\n", "C++ tokens/s (1 thread)", tokens_per_s);
   std::printf("  %-34s %12.2f\n", "C++ ms/step", 1e3 * elapsed / o.steps);
+  std::printf("  %-34s %12.0f   (%.2fx the minimal AdamW's)\n", "C++ tokens/s, the library's AdamW",
+              lib_tokens_per_s, lib_tokens_per_s / tokens_per_s);
   std::printf("  %-34s %12.3f\n", "final loss", loss);
   std::printf("  %-34s %12.2f\n", "MFLOP/token (fwd+bwd)", flops_per_token / 1e6);
   std::printf("  %-34s %12.1f\n", "model GFLOP/s", model_gflops);
@@ -372,6 +384,7 @@ int main(int argc, char** argv) try {
 
   std::printf("{\"benchmark\":\"step_throughput\",\"tokens_per_s\":%.1f,\"gemm\":\"%s\",", tokens_per_s,
               gemm.c_str());
+  std::printf("\"library_adamw_tokens_per_s\":%.1f,", lib_tokens_per_s);
   if (eg) std::printf("\"eigen_gemm_tokens_per_s\":%.1f,", *eg);
   if (torch)
     std::printf("\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,", *torch, tokens_per_s / *torch);
