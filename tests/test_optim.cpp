@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <vector>
 
 #include "diloco/optim.hpp"
 
@@ -89,6 +90,20 @@ BOOST_AUTO_TEST_CASE(clipping_scales_the_gradient_to_the_global_norm) {
   BOOST_TEST(norm == 5.0f, boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(g[0] == 0.6f, boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(g[2] == 0.8f, boost::test_tools::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(the_global_norm_sums_every_element_whatever_the_length) {
+  // global_norm adds eight lanes and then a tail: every length around the lane width, and one
+  // large enough for the lanes to matter, against a plain sum in long double.
+  for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 1003u}) {
+    std::vector<float> g(n);
+    long double ref = 0.0L;
+    for (std::size_t i = 0; i < n; ++i) {
+      g[i] = static_cast<float>((i % 7) + 1) * (i % 2 ? -0.25f : 0.5f);
+      ref += static_cast<long double>(g[i]) * g[i];
+    }
+    BOOST_TEST(global_norm(g) == static_cast<double>(std::sqrt(ref)), boost::test_tools::tolerance(1e-12));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(nesterov_two_steps_match_hand_computed_values) {
