@@ -48,6 +48,20 @@ class Proc:
         with self.lock:
             return [(t, m) for t, l in self.lines if t >= since for m in [re.search(pattern, l)] if m]
 
+    def stamped(self, pattern, since=0.0):
+        """Like matches, for the lines a process prints with its own clock ("%8.2fs  ..."): each
+        match with the time the event happened, on this clock. A line can be printed late (the
+        syncer prints its commits from a thread that may still be evaluating the round before),
+        so the arrival time overstates when it happened. The process's clock is mapped onto this
+        one by the smallest lag seen between a stamp and its line's arrival."""
+        stamp = re.compile(r"^\s*([0-9]+\.[0-9]+)s  ")
+        with self.lock:
+            lines = [(t, float(m.group(1)), l) for t, l in self.lines for m in [stamp.match(l)] if m]
+        if not lines:
+            return []
+        lag = min(t - s for t, s, _ in lines)
+        return [(s + lag, m) for _, s, l in lines if s + lag >= since for m in [re.search(pattern, l)] if m]
+
     def last_output(self):
         with self.lock:
             return self.lines[-1][0] if self.lines else 0.0
