@@ -804,7 +804,12 @@ void write_all(const std::string& path, const std::string& text) {
 
 BOOST_AUTO_TEST_CASE(diverging_decoupled_run_stops_naming_the_island_instead_of_hanging) {
   auto c = small_config(2, 1, 2);
-  c.outer.lr = 1e30f;  // each outer step multiplies what the (clipped) outer gradients hold by 1e30: Θ overflows within rounds
+  // AdamW moves every trained parameter by about its lr whatever the gradient, so after the first step the
+  // forward multiplies parameters near 1e30 and the loss overflows float on any CPU. (An outer lr of 1e30
+  // did not: the syncer's clipping kept the loss near 1e33 on some CPUs, and that run ended undiverged.)
+  c.inner.lr = 1e30f;
+  c.inner.grad_clip = 0.0f;
+  c.inner.warmup_steps = 0;
   c.train.final_sync_s = 30.0;
   World w(c);
   w.breaks_invariants = true;
