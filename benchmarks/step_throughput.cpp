@@ -9,6 +9,9 @@
 // The fraction of SGEMM pairs measurements taken side by side in time: the timed steps run in
 // --rounds slices, each followed by a slice of SGEMM, and the figure is the median of the slices'
 // fractions, so a machine whose speed drifts (a shared VM) moves both sides of each ratio alike.
+// PyTorch is timed the same way: its twin stays up beside this process (--serve) and trains a
+// slice of as many steps after each SGEMM slice, so the chip / PyTorch ratio pairs slices taken
+// seconds apart, not two runs taken minutes apart.
 //
 // The columns above train with a minimal AdamW of this file, the same update as PyTorch's twin.
 // One more column trains the chip with the library's AdamW as the runtime's chips run it (global
@@ -27,13 +30,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <unistd.h>
 #include <optional>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -179,22 +184,101 @@ std::optional<double> run_tokens_per_s(const std::string& cmd, const char* who, 
   return std::strtod(last.c_str() + pos + key.size(), nullptr);
 }
 
-std::string model_flags(const Options& o) {
-  std::ostringstream f;
-  f << " --batch " << o.batch << " --steps " << o.steps << " --warmup " << o.warmup << " --n_embd "
-    << o.model.n_embd << " --n_layer " << o.model.n_layer << " --n_head " << o.model.n_head
-    << " --seq_len " << o.model.seq_len;
-  return f.str();
+std::vector<std::string> model_args(const Options& o) {
+  return {"--batch",   std::to_string(o.batch),         "--steps",   std::to_string(o.steps),
+          "--warmup",  std::to_string(o.warmup),        "--n_embd",  std::to_string(o.model.n_embd),
+          "--n_layer", std::to_string(o.model.n_layer), "--n_head",  std::to_string(o.model.n_head),
+          "--seq_len", std::to_string(o.model.seq_len)};
 }
 
-/// The PyTorch twin's tokens/s.
-std::optional<double> torch_tokens_per_s(const Options& o, std::string& note) {
-  const std::string cmd =
-      "env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "
-      "/usr/bin/python3 '" DILOCO_BENCH_DIR "/step_throughput_torch.py'" + model_flags(o) +
-      " --vocab " + std::to_string(o.model.vocab) + " 2>&1";
-  return run_tokens_per_s(cmd, "torch", note);
+std::string model_flags(const Options& o) {
+  std::string f;
+  for (const auto& a : model_args(o)) f += " " + a;
+  return f;
 }
+
+/// The PyTorch twin kept running (step_throughput_torch.py --serve) on one thread, so that it is
+/// timed in slices beside the chip's: `seconds(n)` has it train n steps and returns their time.
+class TorchWorker {
+ public:
+  TorchWorker(const Options& o, std::string& note) {
+    int in[2], out[2];
+    if (pipe(in) != 0) {
+      note = "could not start torch: pipe failed";
+      return;
+    }
+    if (pipe(out) != 0) {
+      close(in[0]), close(in[1]);
+      note = "could not start torch: pipe failed";
+      return;
+    }
+    std::vector<std::string> args = {"/usr/bin/python3", DILOCO_BENCH_DIR "/step_throughput_torch.py", "--serve",
+                                      "--vocab", std::to_string(o.model.vocab)};
+    for (auto& a : model_args(o)) args.push_back(std::move(a));
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a twin that died makes a write fail, not this process
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], STDIN_FILENO);
+      dup2(out[1], STDOUT_FILENO);
+      for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+      setenv("OMP_NUM_THREADS", "1", 1);
+      setenv("OPENBLAS_NUM_THREADS", "1", 1);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    if (pid_ < 0) {
+      close(in[1]), close(out[0]);
+      note = "could not start torch: fork failed";
+      return;
+    }
+    to_ = fdopen(in[1], "w");
+    from_ = fdopen(out[0], "r");
+    const std::string first = line();
+    if (first != "ready") {
+      note = first.empty() ? "torch run failed: no output" : first;  // e.g. {"error": "torch unavailable: ..."}
+      stop();
+    }
+  }
+  ~TorchWorker() { stop(); }
+  TorchWorker(const TorchWorker&) = delete;
+  TorchWorker& operator=(const TorchWorker&) = delete;
+
+  bool up() const { return pid_ > 0; }
+
+  std::optional<double> seconds(int steps) {
+    if (!up() || std::fprintf(to_, "%d\n", steps) < 0 || std::fflush(to_) != 0) return std::nullopt;
+    const std::string reply = line();
+    char* end = nullptr;
+    const double s = std::strtod(reply.c_str(), &end);
+    if (reply.empty() || end == reply.c_str() || !(s > 0)) return std::nullopt;
+    return s;
+  }
+
+  void stop() {
+    if (to_) std::fclose(to_);  // end of input: the twin returns
+    if (from_) std::fclose(from_);
+    to_ = from_ = nullptr;
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  std::string line() {
+    char buf[4096];
+    if (!from_ || !std::fgets(buf, sizeof buf, from_)) return {};
+    std::string l(buf);
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+    return l;
+  }
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
 
 /// The same chip multiplying with Eigen's own GEMM: this program again, with DILOCO_GEMM=eigen.
 std::optional<double> eigen_gemm_tokens_per_s(const Options& o, std::string& note) {
@@ -220,10 +304,10 @@ struct Throughput {
   std::vector<double> slice_tokens_per_s;  // per slice of the timed steps (--rounds)
 };
 
-/// Trains o.warmup + o.steps steps; the timed ones run in o.rounds slices with `between` called
-/// after each (untimed): the SGEMM slices that pair with them.
+/// Trains o.warmup + o.steps steps; the timed ones run in o.rounds slices with `between(n)` called
+/// after each slice of n steps (untimed): the SGEMM and PyTorch slices that pair with them.
 Throughput train_tokens_per_s(diloco::Model& model, const diloco::Batch& batch, const Options& o,
-                              const std::function<void()>& between = {}, bool library_adamw = false) {
+                              const std::function<void(int)>& between = {}, bool library_adamw = false) {
   const auto& layout = model.layout();
   std::vector<float> params(layout.size()), grads(layout.size());
   model.init(params, 1234);
@@ -254,7 +338,7 @@ Throughput train_tokens_per_s(diloco::Model& model, const diloco::Batch& batch, 
     const double dt = seconds_since(t0);
     elapsed += dt;
     r.slice_tokens_per_s.push_back(tokens_per_step * n / dt);
-    if (between) between();
+    if (between) between(n);
   }
   r.tokens_per_s = tokens_per_step * o.steps / elapsed;
   return r;
@@ -324,10 +408,39 @@ int main(int argc, char** argv) try {
   diloco::Rng rng(99);
   for (auto& t : batch.tokens) t = static_cast<std::uint32_t>(rng.below(cfg.vocab));
 
-  // Each slice of steps is followed by 0.3 s of SGEMM through the chip's GEMM: the pairs give
-  // the fraction (their median), and the SGEMM figure is the median of the slices.
-  std::vector<double> sgemm_slices;
-  const auto run = train_tokens_per_s(*model, batch, o, [&] { sgemm_slices.push_back(sgemm_gflops(1024, true, 0.3)); });
+  // PyTorch's twin starts first and waits, warmed up, on its input: nothing else runs while the
+  // chip is timed.
+  std::string torch_note = "skipped (--no-torch)";
+  std::optional<TorchWorker> worker;
+  if (o.torch) {
+    torch_note.clear();
+    worker.emplace(o, torch_note);
+    if (!worker->up()) worker.reset();
+  }
+  // Each slice of steps is followed by 0.3 s of SGEMM through the chip's GEMM and by as many
+  // steps of PyTorch: the pairs give the fraction and the ratio (the fraction's figure is the
+  // median of the slices'), and the SGEMM figure is the median of the slices.
+  std::vector<double> sgemm_slices, torch_slices;
+  double torch_seconds = 0;
+  const double tokens_per_step = static_cast<double>(B) * T;
+  const auto run = train_tokens_per_s(*model, batch, o, [&](int n) {
+    sgemm_slices.push_back(sgemm_gflops(1024, true, 0.3));
+    if (!worker) return;
+    if (const auto s = worker->seconds(n)) {
+      torch_slices.push_back(tokens_per_step * n / *s);
+      torch_seconds += *s;
+    } else {
+      torch_note = "torch run failed: the twin stopped answering";
+      worker.reset();
+    }
+  });
+  worker.reset();
+  std::optional<double> torch;
+  std::vector<double> ratios;
+  if (torch_note.empty() && torch_slices.size() == run.slice_tokens_per_s.size()) {
+    torch = tokens_per_step * o.steps / torch_seconds;
+    for (std::size_t k = 0; k < torch_slices.size(); ++k) ratios.push_back(run.slice_tokens_per_s[k] / torch_slices[k]);
+  }
   const double tokens_per_s = run.tokens_per_s;
   const float loss = run.loss;
   const double lib_tokens_per_s = train_tokens_per_s(*model, batch, o, {}, true).tokens_per_s;
@@ -345,11 +458,9 @@ int main(int argc, char** argv) try {
   const double peak = median(sgemm_slices);
   const double eigen_peak = gemm == "eigen" ? peak : sgemm_gflops(1024, false);
 
-  std::string torch_note, ts_note = "not built (no libtorch)", eg_note = "skipped (--no-eigen-gemm)";
-  std::optional<double> torch, ts, eg;
+  std::string ts_note = "not built (no libtorch)", eg_note = "skipped (--no-eigen-gemm)";
+  std::optional<double> ts, eg;
   if (o.eigen_gemm && gemm != "eigen") eg = eigen_gemm_tokens_per_s(o, eg_note);
-  if (o.torch) torch = torch_tokens_per_s(o, torch_note);
-  else torch_note = "skipped (--no-torch)";
 #ifdef DILOCO_HAS_TORCH
   if (o.torch) ts = torchscript_tokens_per_s(o, batch, ts_note);
   else ts_note = "skipped (--no-torch)";
@@ -376,8 +487,9 @@ int main(int argc, char** argv) try {
     std::printf("  C++ on Eigen's GEMM: %s\n", eg_note.c_str());
   }
   if (torch) {
-    std::printf("  %-34s %12.0f\n", "PyTorch tokens/s (1 thread)", *torch);
-    std::printf("  %-34s %12.2fx\n", "C++ / PyTorch", tokens_per_s / *torch);
+    const auto [rmin, rmax] = std::minmax_element(ratios.begin(), ratios.end());
+    std::printf("  %-34s %12.0f   (in slices beside the chip's)\n", "PyTorch tokens/s (1 thread)", *torch);
+    std::printf("  %-34s %12.2fx  (slices %.2fx to %.2fx)\n", "C++ / PyTorch", tokens_per_s / *torch, *rmin, *rmax);
     if (eg) std::printf("  %-34s %12.2fx\n", "C++ on Eigen's GEMM / PyTorch", *eg / *torch);
   } else {
     std::printf("  PyTorch: %s\n", torch_note.c_str());
@@ -393,11 +505,14 @@ int main(int argc, char** argv) try {
               gemm.c_str());
   std::printf("\"library_adamw_tokens_per_s\":%.1f,", lib_tokens_per_s);
   if (eg) std::printf("\"eigen_gemm_tokens_per_s\":%.1f,", *eg);
-  if (torch)
-    std::printf("\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,", *torch, tokens_per_s / *torch);
-  else
+  if (torch) {
+    const auto [rmin, rmax] = std::minmax_element(ratios.begin(), ratios.end());
+    std::printf("\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,\"ratio_min\":%.3f,\"ratio_max\":%.3f,", *torch,
+                tokens_per_s / *torch, *rmin, *rmax);
+  } else {
     std::printf("\"torch_tokens_per_s\":null,\"ratio\":null,\"torch_note\":\"%s\",",
                 json_escape(torch_note).c_str());
+  }
   if (ts) std::printf("\"torchscript_tokens_per_s\":%.1f,", *ts);
   else std::printf("\"torchscript_tokens_per_s\":null,");
   std::printf("\"eigen_sgemm_gflops\":%.2f,", eigen_peak);

@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """PyTorch twin of step_throughput.cpp: the same byte GPT (pre-LN, fused qkv, GELU-tanh MLP,
 tied head), sizes, batch and step count, trained with AdamW on one thread in float32.
-Prints one JSON line with tokens_per_s (or an "error" key when torch is missing)."""
+Prints one JSON line with tokens_per_s (or an "error" key when torch is missing).
+
+With --serve it stays up for step_throughput to time it in slices beside the chip's: after the
+warm-up it prints "ready", then for each line N read from stdin it trains N steps and prints the
+seconds they took; it ends at end of input."""
 import argparse
 import json
 import math
@@ -19,6 +23,7 @@ def main():
     ap.add_argument("--n_head", type=int, default=4)
     ap.add_argument("--seq_len", type=int, default=64)
     ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--serve", action="store_true", help="time slices of N steps read from stdin")
     a = ap.parse_args()
 
     try:
@@ -93,6 +98,15 @@ def main():
 
     for _ in range(a.warmup):
         step()
+    if a.serve:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            n = int(line)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                step()
+            print(repr(time.perf_counter() - t0), flush=True)
+        return 0
     t0 = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
