@@ -11,18 +11,14 @@
 
 #include "diloco/codec.hpp"
 #include "diloco/wire.hpp"
+#include "timing.hpp"
 
 using namespace diloco;
-using clk = std::chrono::steady_clock;
+using bench::median;
+using bench::seconds_since;
+using clk = bench::clock_type;
 
 namespace {
-
-double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Row {
   std::string name;

@@ -18,11 +18,12 @@
 #include <vector>
 
 #include "diloco/sim/simulate.hpp"
+#include "timing.hpp"
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+using diloco::bench::clock_type;
+using diloco::bench::seconds_since;
 
 const std::vector<double> kChips{150e3, 300e3, 600e3, 1.2e6, 2.4e6};
 const std::vector<int> kLearners{2, 4, 8, 16};

@@ -48,6 +48,7 @@
 #include "diloco/optim.hpp"
 #include "diloco/rng.hpp"
 #include "gemm.hpp"  // the library's private GEMM, so the SGEMM figure is the one the chip uses
+#include "timing.hpp"
 #ifdef DILOCO_HAS_TORCH
 #include "diloco/torchscript.hpp"
 #endif
@@ -58,11 +59,9 @@
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
+using diloco::bench::clock_type;
+using diloco::bench::median;
+using diloco::bench::seconds_since;
 
 struct Options {
   int batch = 8;
@@ -342,12 +341,6 @@ Throughput train_tokens_per_s(diloco::Model& model, const diloco::Batch& batch, 
   }
   r.tokens_per_s = tokens_per_step * o.steps / elapsed;
   return r;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 #ifdef DILOCO_HAS_TORCH
