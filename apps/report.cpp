@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <spdlog/fmt/ranges.h>
@@ -17,6 +19,13 @@ using diloco::FaultKind;
 
 namespace {
 bool quiet_ = false;
+
+/// "1 frame refused", "2 frames refused": a count and its phrase, with an s inserted after the
+/// phrase's first `plural_at` characters (at its end by default) unless the count is one.
+std::string counted(std::uint64_t n, std::string_view noun, std::size_t plural_at = std::string_view::npos) {
+  const auto k = std::min(plural_at, noun.size());
+  return fmt::format("{} {}{}{}", n, noun.substr(0, k), n == 1 ? "" : "s", noun.substr(k));
+}
 }  // namespace
 
 void set_quiet_rows(bool quiet) { quiet_ = quiet; }
@@ -246,13 +255,12 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
     std::printf(" (entropy floor %.4f, unigram entropy %.4f)", *floor, rt.corpus.unigram_entropy());
   std::printf(", %llu tokens in %.1f s (%.0f tok/s), %.2f MB on the wire", static_cast<unsigned long long>(t.tokens),
               end.seconds, t.tokens / std::max(end.seconds, 1e-9), t.bytes_sent / 1e6);
-  std::printf("; %llu fragment commits, %llu late contributions dropped, %llu frames refused",
-              static_cast<unsigned long long>(t.commits), static_cast<unsigned long long>(t.dropped_stale),
-              static_cast<unsigned long long>(t.rejected));
-  if (t.clipped > 0) std::printf(", %llu outer gradients clipped", static_cast<unsigned long long>(t.clipped));
+  std::printf("; %s, %s, %s", counted(t.commits, "fragment commit").c_str(),
+              counted(t.dropped_stale, "late contribution dropped", 17).c_str(),
+              counted(t.rejected, "frame refused", 5).c_str());
+  if (t.clipped > 0) std::printf(", %s", counted(t.clipped, "outer gradient clipped", 14).c_str());
   if (t.superseded > 0)
-    std::printf(", %llu sends superseded by the same island's next before a commit",
-                static_cast<unsigned long long>(t.superseded));
+    std::printf(", %s", counted(t.superseded, "send superseded by the same island's next before a commit", 4).c_str());
   std::printf("\n");
   std::printf("goodput %.1f%%: %.1f of %.1f chip-seconds reached the global model (lost: %.1f to failures, %.1f to "
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",

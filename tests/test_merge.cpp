@@ -263,3 +263,36 @@ BOOST_AUTO_TEST_CASE(norm_clip_with_ratio_zero_never_bounds) {
   cfg.clip_ratio = 0.0;
   BOOST_TEST(validate(cfg).empty());
 }
+
+BOOST_AUTO_TEST_CASE(step_clock_counts_seconds_per_step_and_not_the_time_an_island_was_away) {
+  StepClock clock;
+  BOOST_TEST(clock.t_step() == 0.0);
+  clock.heard(0, 10, 1.00);
+  BOOST_TEST(clock.t_step() == 0.0);  // one report marks where the island is
+  clock.heard(0, 11, 1.02);
+  BOOST_TEST(clock.t_step() == 0.02, boost::test_tools::tolerance(1e-12));
+  // Reports that skip steps count per step: 5 steps in 0.1 s is 0.02 s each.
+  clock.heard(0, 16, 1.12);
+  BOOST_TEST(clock.t_step() == 0.02, boost::test_tools::tolerance(1e-12));
+  // Another island's steps enter the same average (weight 0.1 to the newest).
+  clock.heard(1, 3, 1.00);
+  clock.heard(1, 4, 1.07);
+  BOOST_TEST(clock.t_step() == 0.9 * 0.02 + 0.1 * 0.07, boost::test_tools::tolerance(1e-12));
+  const double before = clock.t_step();
+  // Island 0 is killed at step 16, restarts from its checkpoint at step 12 and joins 2 s later:
+  // neither the 2 s nor the steps it went back count.
+  clock.forget(0);
+  clock.heard(0, 13, 3.20);
+  BOOST_TEST(clock.t_step() == before);
+  clock.heard(0, 12, 3.22);  // went back without a join (a resumed island): a mark only
+  BOOST_TEST(clock.t_step() == before);
+  clock.heard(0, 12, 3.30);  // stood still: a mark only
+  BOOST_TEST(clock.t_step() == before);
+  clock.heard(0, 13, 3.32);
+  BOOST_TEST(clock.t_step() == 0.9 * before + 0.1 * 0.02, boost::test_tools::tolerance(1e-12));
+  // Without the join the time away would have counted: a 2 s sample.
+  StepClock naive;
+  naive.heard(0, 16, 1.12);
+  naive.heard(0, 17, 3.20);
+  BOOST_TEST(naive.t_step() > 2.0);
+}

@@ -115,6 +115,15 @@ void NormClip::record(int island, double norm) {
   last_[island] = norm;
 }
 
+void StepClock::heard(int island, std::uint64_t step, double now) {
+  const auto it = last_.find(island);
+  if (it != last_.end() && step > it->second.step && now > it->second.at) {
+    const double per_step = (now - it->second.at) / static_cast<double>(step - it->second.step);
+    t_step_ = t_step_ == 0.0 ? per_step : 0.9 * t_step_ + 0.1 * per_step;
+  }
+  last_[island] = {step, now};
+}
+
 double grace_window(const QuorumConfig& cfg, const RoundState& s) {
   if (cfg.grace == GraceRule::none) return 0.0;
   if (cfg.grace == GraceRule::fixed) return cfg.grace_s;

@@ -144,6 +144,30 @@ private:
   std::map<int, double> last_;  // island → its last recorded norm
 };
 
+/// The islands' inner step time as the syncer sees it, for the grace windows (RoundState::t_step):
+/// an exponential average (weight 0.1 to the newest) of the seconds per step between two progress
+/// reports of the same island, over the reports of all islands. A report whose island went back or
+/// stood still in steps, or that follows the island's (re-)join (forget()), only marks where the
+/// island is: the time a killed island was away, or a restarted island's older step, is not an
+/// inner step.
+class StepClock {
+public:
+  /// Island `island` reported local step `step` at `now` (seconds).
+  void heard(int island, std::uint64_t step, double now);
+  /// The island joined again (restarted or healing): its next report starts afresh.
+  void forget(int island) { last_.erase(island); }
+  /// Seconds per inner step; 0 until one island reported twice.
+  double t_step() const { return t_step_; }
+
+private:
+  struct Mark {
+    std::uint64_t step = 0;
+    double at = 0.0;
+  };
+  std::map<int, Mark> last_;  // island → its last report
+  double t_step_ = 0.0;
+};
+
 /// Weight of a contribution before staleness: 1, or tokens·(tokens/steps) (quantity × quality).
 double contribution_weight(const Contribution& c, Weighting weighting);
 
