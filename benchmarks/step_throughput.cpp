@@ -10,8 +10,8 @@
 // --rounds slices, each followed by a slice of SGEMM, and the figure is the median of the slices'
 // fractions, so a machine whose speed drifts (a shared VM) moves both sides of each ratio alike.
 // PyTorch is timed the same way: its twin stays up beside this process (--serve) and trains a
-// slice of as many steps after each SGEMM slice, so the chip / PyTorch ratio pairs slices taken
-// seconds apart, not two runs taken minutes apart.
+// slice of as many steps after each SGEMM slice, and so does the TorchScript chip after that, so
+// the ratios pair slices taken seconds apart, not runs taken minutes apart.
 //
 // The columns above train with a minimal AdamW of this file, the same update as PyTorch's twin.
 // One more column trains the chip with the library's AdamW as the runtime's chips run it (global
@@ -36,6 +36,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,7 +108,7 @@ Options parse(int argc, char** argv) {
 /// Minimal AdamW (decoupled weight decay on `decay` tensors), written here so the benchmark does
 /// not depend on the library's optimizer: the point is a realistic per-step update cost.
 struct AdamW {
-  static constexpr float kLr = 1e-3f;  // also the library column's (train_tokens_per_s)
+  static constexpr float kLr = 1e-3f;  // also the library column's (Trainer)
   float lr = kLr, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   std::vector<float> m, v, decay_mask;
   int t = 0;
@@ -120,12 +121,19 @@ struct AdamW {
     ++t;
     const float c1 = 1.0f / (1.0f - std::pow(beta1, static_cast<float>(t)));
     const float c2 = 1.0f / (1.0f - std::pow(beta2, static_cast<float>(t)));
+    // The settings and the arrays, loaded once: a store to p[i] might otherwise change a float
+    // member of this object as far as the compiler knows, and once this was inlined where the
+    // optimizer is reachable from outside (Trainer) the loop reloaded them every element and
+    // did not vectorize (3x as long).
     const std::size_t n = p.size();
+    const float b1 = beta1, b2 = beta2, rate = lr, e = eps, decay = wd;
+    float *pp = p.data(), *mm = m.data(), *vv = v.data();
+    const float *gg = g.data(), *dm = decay_mask.data();
     for (std::size_t i = 0; i < n; ++i) {
-      m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-      v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-      const float update = (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
-      p[i] -= lr * (update + wd * decay_mask[i] * p[i]);
+      mm[i] = b1 * mm[i] + (1.0f - b1) * gg[i];
+      vv[i] = b2 * vv[i] + (1.0f - b2) * gg[i] * gg[i];
+      const float update = (mm[i] * c1) / (std::sqrt(vv[i] * c2) + e);
+      pp[i] -= rate * (update + decay * dm[i] * pp[i]);
     }
   }
 };
@@ -295,8 +303,47 @@ std::string json_escape(const std::string& s) {
   return r;
 }
 
-/// Tokens/s of `model` training on `batch` with AdamW for o.steps steps after o.warmup, and the
-/// last loss.
+/// One model training on one batch with one AdamW: the minimal one of this file, or the library's
+/// as a run's chips take it (clipping at 1.0, warm-up, weight decay 0.1). Each holds two
+/// model-sized moment buffers, so a trainer builds only the one it times.
+class Trainer {
+ public:
+  Trainer(diloco::Model& model, const diloco::Batch& batch, bool library_adamw)
+      : model_(model), batch_(batch), params_(model.layout().size()), grads_(model.layout().size()) {
+    model_.init(params_, 1234);
+    if (library_adamw) {
+      diloco::AdamWConfig c;  // the runtime's defaults
+      c.lr = AdamW::kLr;
+      lib_.emplace(model_.layout(), c);
+    } else {
+      opt_.emplace(model_.layout());
+    }
+  }
+  /// One step; its loss.
+  float step() {
+    loss_ = model_.loss_and_grad(params_, batch_, grads_);
+    if (lib_) lib_->step(params_, grads_);
+    else opt_->step(params_, grads_);
+    return loss_;
+  }
+  /// Seconds of `n` steps.
+  double seconds(int n) {
+    const auto t0 = clock_type::now();
+    for (int s = 0; s < n; ++s) step();
+    return seconds_since(t0);
+  }
+  float loss() const { return loss_; }
+
+ private:
+  diloco::Model& model_;
+  const diloco::Batch& batch_;
+  std::vector<float> params_, grads_;
+  std::optional<AdamW> opt_;
+  std::optional<diloco::AdamW> lib_;
+  float loss_ = 0;
+};
+
+/// Tokens/s of a trainer over o.steps steps after o.warmup, and the last loss.
 struct Throughput {
   double tokens_per_s = 0;               // over every timed step
   float loss = 0;                        // after the last step
@@ -304,49 +351,29 @@ struct Throughput {
 };
 
 /// Trains o.warmup + o.steps steps; the timed ones run in o.rounds slices with `between(n)` called
-/// after each slice of n steps (untimed): the SGEMM and PyTorch slices that pair with them.
-Throughput train_tokens_per_s(diloco::Model& model, const diloco::Batch& batch, const Options& o,
-                              const std::function<void(int)>& between = {}, bool library_adamw = false) {
-  const auto& layout = model.layout();
-  std::vector<float> params(layout.size()), grads(layout.size());
-  model.init(params, 1234);
-  // One optimizer, the one this column times (each holds two model-sized moment buffers).
-  std::optional<AdamW> opt;
-  std::optional<diloco::AdamW> lib;
-  if (library_adamw) {
-    diloco::AdamWConfig c;  // the runtime's defaults: clipping at 1.0, warm-up, weight decay 0.1
-    c.lr = AdamW::kLr;
-    lib.emplace(layout, c);
-  } else {
-    opt.emplace(layout);
-  }
-  auto step = [&] {
-    const float loss = model.loss_and_grad(params, batch, grads);
-    if (lib) lib->step(params, grads);
-    else opt->step(params, grads);
-    return loss;
-  };
-  Throughput r;
-  for (int s = 0; s < o.warmup; ++s) r.loss = step();
+/// after each slice of n steps (untimed): the SGEMM, PyTorch and TorchScript slices that pair with them.
+Throughput train_tokens_per_s(Trainer& trainer, const diloco::Batch& batch, const Options& o,
+                              const std::function<void(int)>& between = {}) {
+  for (int s = 0; s < o.warmup; ++s) trainer.step();
   const double tokens_per_step = static_cast<double>(batch.B) * batch.T;
+  Throughput r;
   double elapsed = 0;
   for (int k = 0; k < o.rounds; ++k) {
     const int n = o.steps / o.rounds + (k < o.steps % o.rounds ? 1 : 0);
-    const auto t0 = clock_type::now();
-    for (int s = 0; s < n; ++s) r.loss = step();
-    const double dt = seconds_since(t0);
+    const double dt = trainer.seconds(n);
     elapsed += dt;
     r.slice_tokens_per_s.push_back(tokens_per_step * n / dt);
     if (between) between(n);
   }
   r.tokens_per_s = tokens_per_step * o.steps / elapsed;
+  r.loss = trainer.loss();
   return r;
 }
 
 #ifdef DILOCO_HAS_TORCH
-/// The same GPT exported by scripts/export_gpt.py and run as a TorchScript chip; nothing (with the
-/// reason) if the export fails.
-std::optional<double> torchscript_tokens_per_s(const Options& o, const diloco::Batch& batch, std::string& note) {
+/// The same GPT exported by scripts/export_gpt.py, as a TorchScript chip; nothing (with the reason)
+/// if the export fails.
+std::unique_ptr<diloco::Model> torchscript_model(const Options& o, std::string& note) {
   diloco::register_torchscript();
   const auto path = std::filesystem::temp_directory_path() /
                     ("diloco_step_throughput_" + std::to_string(o.model.n_embd) + "_" + std::to_string(getpid()) + ".pt");
@@ -356,14 +383,14 @@ std::optional<double> torchscript_tokens_per_s(const Options& o, const diloco::B
       << " --n_head " << o.model.n_head << " --n_embd " << o.model.n_embd << " > /dev/null 2>&1";
   if (std::system(cmd.str().c_str()) != 0) {
     note = "export failed: " + cmd.str();
-    return std::nullopt;
+    return nullptr;
   }
   auto cfg = o.model;
   cfg.kind = "torchscript";
   cfg.path = path.string();
   auto model = diloco::make_model(cfg);
   std::filesystem::remove(path);
-  return train_tokens_per_s(*model, batch, o).tokens_per_s;
+  return model;
 }
 #endif
 
@@ -401,42 +428,67 @@ int main(int argc, char** argv) try {
   diloco::Rng rng(99);
   for (auto& t : batch.tokens) t = static_cast<std::uint32_t>(rng.below(cfg.vocab));
 
-  // PyTorch's twin starts first and waits, warmed up, on its input: nothing else runs while the
-  // chip is timed.
-  std::string torch_note = "skipped (--no-torch)";
+  // PyTorch's twin starts first and waits, warmed up, on its input; the TorchScript chip is built
+  // and warmed up too: nothing else runs while the chip is timed.
+  std::string torch_note = "skipped (--no-torch)", ts_note = "not built (no libtorch)";
   std::optional<TorchWorker> worker;
   if (o.torch) {
     torch_note.clear();
     worker.emplace(o, torch_note);
     if (!worker->up()) worker.reset();
   }
-  // Each slice of steps is followed by 0.3 s of SGEMM through the chip's GEMM and by as many
-  // steps of PyTorch: the pairs give the fraction and the ratio (the fraction's figure is the
-  // median of the slices'), and the SGEMM figure is the median of the slices.
-  std::vector<double> sgemm_slices, torch_slices;
-  double torch_seconds = 0;
+  std::unique_ptr<diloco::Model> ts_model;
+  std::optional<Trainer> ts_trainer;
+#ifdef DILOCO_HAS_TORCH
+  if (o.torch) ts_model = torchscript_model(o, ts_note);
+  else ts_note = "skipped (--no-torch)";
+  if (ts_model) {
+    ts_trainer.emplace(*ts_model, batch, false);
+    for (int s = 0; s < o.warmup; ++s) ts_trainer->step();
+  }
+#endif
+  // Each slice of steps is followed by 0.3 s of SGEMM through the chip's GEMM, by as many steps of
+  // PyTorch and by as many of the TorchScript chip: the pairs give the fraction and the ratios (the
+  // fraction's figure is the median of the slices'), and the SGEMM figure is the median of the slices.
+  std::vector<double> sgemm_slices, torch_slices, ts_slices;
+  double torch_seconds = 0, ts_seconds = 0;
   const double tokens_per_step = static_cast<double>(B) * T;
-  const auto run = train_tokens_per_s(*model, batch, o, [&](int n) {
+  Trainer chip(*model, batch, false);
+  const auto run = train_tokens_per_s(chip, batch, o, [&](int n) {
     sgemm_slices.push_back(sgemm_gflops(1024, true, 0.3));
-    if (!worker) return;
-    if (const auto s = worker->seconds(n)) {
-      torch_slices.push_back(tokens_per_step * n / *s);
-      torch_seconds += *s;
-    } else {
-      torch_note = "torch run failed: the twin stopped answering";
-      worker.reset();
+    if (worker) {
+      if (const auto s = worker->seconds(n)) {
+        torch_slices.push_back(tokens_per_step * n / *s);
+        torch_seconds += *s;
+      } else {
+        torch_note = "torch run failed: the twin stopped answering";
+        worker.reset();
+      }
+    }
+    if (ts_trainer) {
+      const double s = ts_trainer->seconds(n);
+      ts_slices.push_back(tokens_per_step * n / s);
+      ts_seconds += s;
     }
   });
   worker.reset();
-  std::optional<double> torch;
-  std::vector<double> ratios;
+  ts_trainer.reset();
+  ts_model.reset();
+  std::optional<double> torch, ts;
+  std::vector<double> ratios, ts_ratios;
   if (torch_note.empty() && torch_slices.size() == run.slice_tokens_per_s.size()) {
     torch = tokens_per_step * o.steps / torch_seconds;
     for (std::size_t k = 0; k < torch_slices.size(); ++k) ratios.push_back(run.slice_tokens_per_s[k] / torch_slices[k]);
   }
+  if (!ts_slices.empty()) {
+    ts = tokens_per_step * o.steps / ts_seconds;
+    if (torch)
+      for (std::size_t k = 0; k < ts_slices.size(); ++k) ts_ratios.push_back(ts_slices[k] / torch_slices[k]);
+  }
   const double tokens_per_s = run.tokens_per_s;
   const float loss = run.loss;
-  const double lib_tokens_per_s = train_tokens_per_s(*model, batch, o, {}, true).tokens_per_s;
+  Trainer library(*model, batch, true);
+  const double lib_tokens_per_s = train_tokens_per_s(library, batch, o).tokens_per_s;
   const double elapsed = static_cast<double>(B) * T * o.steps / tokens_per_s;
   const double flops_per_token = model->flops_per_token(T);
   const double model_gflops = tokens_per_s * flops_per_token / 1e9;
@@ -451,13 +503,9 @@ int main(int argc, char** argv) try {
   const double peak = median(sgemm_slices);
   const double eigen_peak = gemm == "eigen" ? peak : sgemm_gflops(1024, false);
 
-  std::string ts_note = "not built (no libtorch)", eg_note = "skipped (--no-eigen-gemm)";
-  std::optional<double> ts, eg;
+  std::string eg_note = "skipped (--no-eigen-gemm)";
+  std::optional<double> eg;
   if (o.eigen_gemm && gemm != "eigen") eg = eigen_gemm_tokens_per_s(o, eg_note);
-#ifdef DILOCO_HAS_TORCH
-  if (o.torch) ts = torchscript_tokens_per_s(o, batch, ts_note);
-  else ts_note = "skipped (--no-torch)";
-#endif
   std::printf("byte GPT  C=%d L=%d NH=%d T=%d  batch=%d  params=%zu  steps=%d (+%d warm-up)\n",
               cfg.n_embd, cfg.n_layer, cfg.n_head, T, B, layout.size(), o.steps, o.warmup);
   std::printf("  %-34s %12s\n", "GEMM of the chip", gemm.c_str());
@@ -488,8 +536,11 @@ int main(int argc, char** argv) try {
     std::printf("  PyTorch: %s\n", torch_note.c_str());
   }
   if (ts) {
-    std::printf("  %-34s %12.0f\n", "TorchScript chip tokens/s (1 thread)", *ts);
-    if (torch) std::printf("  %-34s %12.2fx\n", "TorchScript chip / PyTorch", *ts / *torch);
+    std::printf("  %-34s %12.0f   (in slices beside the chip's)\n", "TorchScript tokens/s (1 thread)", *ts);
+    if (torch) {
+      const auto [rmin, rmax] = std::minmax_element(ts_ratios.begin(), ts_ratios.end());
+      std::printf("  %-34s %12.2fx  (slices %.2fx to %.2fx)\n", "TorchScript chip / PyTorch", *ts / *torch, *rmin, *rmax);
+    }
   } else {
     std::printf("  TorchScript chip: %s\n", ts_note.c_str());
   }
@@ -506,8 +557,15 @@ int main(int argc, char** argv) try {
     std::printf("\"torch_tokens_per_s\":null,\"ratio\":null,\"torch_note\":\"%s\",",
                 json_escape(torch_note).c_str());
   }
-  if (ts) std::printf("\"torchscript_tokens_per_s\":%.1f,", *ts);
-  else std::printf("\"torchscript_tokens_per_s\":null,");
+  if (ts && torch) {
+    const auto [rmin, rmax] = std::minmax_element(ts_ratios.begin(), ts_ratios.end());
+    std::printf("\"torchscript_tokens_per_s\":%.1f,\"torchscript_ratio\":%.3f,\"torchscript_ratio_min\":%.3f,"
+                "\"torchscript_ratio_max\":%.3f,", *ts, *ts / *torch, *rmin, *rmax);
+  } else if (ts) {
+    std::printf("\"torchscript_tokens_per_s\":%.1f,", *ts);
+  } else {
+    std::printf("\"torchscript_tokens_per_s\":null,\"torchscript_note\":\"%s\",", json_escape(ts_note).c_str());
+  }
   std::printf("\"eigen_sgemm_gflops\":%.2f,", eigen_peak);
   std::printf("\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_gflops_min\":%.2f,\"sgemm_gflops_max\":%.2f,"
               "\"peak_fraction\":%.4f,\"peak_fraction_min\":%.4f,\"peak_fraction_max\":%.4f,"
