@@ -107,11 +107,12 @@ std::pair<std::vector<float>, std::uint64_t> resume_islands(diloco::actors::Runt
 
 }  // namespace
 
-int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& metrics, const std::string& config_label,
-                  const std::vector<float>& initial, const std::string& save, const std::string& http,
-                  const std::string& state_dir, bool simulate, bool relays) {
+int run_decoupled(const diloco::RunConfig& run_cfg, const std::string& config_label, const RunFlags& flags,
+                  const std::vector<float>& initial) {
   using namespace diloco;
   using namespace diloco::actors;
+  const std::string &metrics = flags.metrics, &save = flags.save, &http = flags.http, &state_dir = flags.state;
+  const bool simulate = flags.simulate, relays = flags.relays;
   RunConfig cfg = run_cfg;
   if (simulate && !http.empty())
     throw std::invalid_argument("--http with --simulate: the status page follows a run in wall time, a simulated run has none");
@@ -362,5 +363,5 @@ at_step = 160
               "(root -> syncer + island-i supervisors -> island + chips). Island 2 emulates older hardware\n"
               "at 55%% speed. At island 0's step 40 chip 0.1 is killed, at island 1's step 100 island 1 is\n"
               "killed, at island 0's step 160 the syncer is killed. Watch the rounds go on.\n\n");
-  return run_decoupled(cfg, {}, "built-in demo topology");
+  return run_decoupled(cfg, "built-in demo topology");
 }

@@ -92,10 +92,9 @@ std::uint64_t physical_memory() {
   return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
 }
 
-int run(const std::string& path, std::vector<std::string> overrides, const std::string& metrics,
-        std::optional<std::uint64_t> seed, std::uint64_t memory_limit, bool on_actors = false,
-        const std::string& init = {}, const std::string& save = {}, const std::string& http = {},
-        const std::string& state = {}, bool simulate = false, bool relays = false) {
+int run(const std::string& path, std::vector<std::string> overrides, std::optional<std::uint64_t> seed,
+        std::uint64_t memory_limit, const RunFlags& flags) {
+  const std::string &metrics = flags.metrics, &http = flags.http, &state = flags.state;
   if (seed) {
     overrides.push_back("train.seed=" + std::to_string(*seed));
     overrides.push_back("data.seed=" + std::to_string(*seed));
@@ -104,9 +103,9 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
   diloco::RunConfig cfg = path.empty() ? diloco::parse_config(kFlagshipToml, overrides, "flagship", memory_limit)
                                        : diloco::load_config(path, overrides, memory_limit);
   const std::string label = path.empty() ? "the built-in flagship job (configs/flagship.toml)" : path;
-  const auto initial = init.empty() ? std::vector<float>{} : load_params(cfg, init);
-  if (cfg.train.mode == diloco::TrainMode::decoupled || on_actors || simulate || relays)
-    return run_decoupled(cfg, metrics, label, initial, save, http, state, simulate, relays);
+  const auto initial = flags.init.empty() ? std::vector<float>{} : load_params(cfg, flags.init);
+  if (cfg.train.mode == diloco::TrainMode::decoupled || flags.actors || flags.simulate || flags.relays)
+    return run_decoupled(cfg, label, flags, initial);
   if (!state.empty())
     throw std::invalid_argument("--state: the reference loop of mode " + std::string(diloco::name_of(cfg.train.mode)) +
                                 " does not resume; add --actors to run it on the actor runtime");
@@ -146,7 +145,7 @@ int run(const std::string& path, std::vector<std::string> overrides, const std::
     spdlog::error("run stopped: {} (eval loss {:.4f} at that point)", summary.diverged->reason, summary.final_eval_loss);
     return 1;
   }
-  if (!save.empty()) save_params(cfg, save, summary.params);
+  if (!flags.save.empty()) save_params(cfg, flags.save, summary.params);
   jsonl.write(Json{{"summary", true},
                    {"mode", diloco::name_of(cfg.train.mode)},
                    {"final_eval_loss", summary.final_eval_loss},
@@ -201,36 +200,31 @@ int main(int argc, char** argv) {
 
   auto* run_cmd = app.add_subcommand("run", "train with the configuration's mode and report every round");
   LogFlags log;
-  std::string path, metrics;
+  std::string path;
   std::vector<std::string> overrides;
   std::optional<std::uint64_t> seed;
   run_cmd->add_option("config", path, "TOML configuration (the built-in flagship job, configs/flagship.toml, when omitted)")->check(CLI::ExistingFile);
   run_cmd->add_option("--set", overrides, "override a key, e.g. --set train.H=10 (repeatable)");
-  run_cmd->add_option("--metrics", metrics, "write one JSON object per round to this file");
+  RunFlags flags;
+  run_cmd->add_option("--metrics", flags.metrics, "write one JSON object per round to this file");
   run_cmd->add_option("--seed", seed, "seed for both the model initialisation and the data");
-  std::string init_path, save_path;
-  run_cmd->add_option("--init", init_path, "start from the parameters in this checkpoint (one written by --save)")
+  run_cmd->add_option("--init", flags.init, "start from the parameters in this checkpoint (one written by --save)")
       ->check(CLI::ExistingFile);
-  run_cmd->add_option("--save", save_path, "write the final global parameters to this checkpoint (safetensors)");
-  std::string state_dir;
-  run_cmd->add_option("--state", state_dir,
+  run_cmd->add_option("--save", flags.save, "write the final global parameters to this checkpoint (safetensors)");
+  run_cmd->add_option("--state", flags.state,
                       "keep the whole run's state in this directory and resume from it when it holds one (the same "
                       "config only; decoupled, or --actors)");
-  bool simulate = false;
-  run_cmd->add_flag("--simulate", simulate,
+  run_cmd->add_flag("--simulate", flags.simulate,
                     "run the actor runtime on CAF's deterministic test coordinator in virtual time: a step takes the "
                     "model's FLOPs over islands.chip_flops; the same seed and config give the same run, bit for bit");
-  bool relays = false;
-  run_cmd->add_flag("--relays", relays,
+  run_cmd->add_flag("--relays", flags.relays,
                     "decoupled: each site's islands ([[sites]]; without them, each island) reach the syncer through "
                     "a session as across processes (hello, gateway, a relay checking every frame, heartbeats, "
                     "reconnects), in this process without sockets; with --simulate, in virtual time");
-  std::string http;
-  run_cmd->add_option("--http", http,
+  run_cmd->add_option("--http", flags.http,
                       "serve Prometheus metrics (/metrics) and a live status page (/) on [HOST:]PORT (a bare port: "
                       "loopback; actor modes)");
-  bool on_actors = false;
-  run_cmd->add_flag("--actors", on_actors,
+  run_cmd->add_flag("--actors", flags.actors,
                     "run ddp / diloco / streaming on the actor runtime (synchronous, with faults, chaos and WAN links) "
                     "instead of the reference loop");
 
@@ -300,7 +294,7 @@ int main(int argc, char** argv) {
   for (auto* c : {run_cmd, syncer_cmd, site_cmd, demo_cmd}) log.add_to(c);
 
   CLI11_PARSE(app, argc, argv);
-  if (simulate && app.got_subcommand("run")) {
+  if (flags.simulate && app.got_subcommand("run")) {
     if (const auto error = pin_math_for_replay(argv); !error.empty()) {
       spdlog::error("{}", error);
       return 1;
@@ -353,7 +347,7 @@ int main(int argc, char** argv) {
       }
       return bad ? 2 : 0;
     }
-    return run(path, overrides, metrics, seed, memory, on_actors, init_path, save_path, http, state_dir, simulate, relays);
+    return run(path, overrides, seed, memory, flags);
   } catch (const diloco::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -21,7 +21,7 @@ in the reference loop for the loss (test ddp_mode_on_actors_matches_reference_lo
 such in the output.
 
   benchmarks/wan_speedup.py [--diloco build/apps/diloco] [--R 80] [--steps 2000] [--pretrain 300]
-                            [--ddp-sample 25] [--repeat 3] [--calibrate 200] [--tolerance 0.25]
+                            [--ddp-sample 25] [--repeat 3] [--calibrate 400] [--tolerance 0.25]
                             [--out DIR] [--modes decoupled,streaming,diloco] [--variant NAME:KEY=VAL]...
 
 Prints a table and, as its last line, one JSON object.
@@ -46,9 +46,12 @@ def step_time(r, steps):
     the heal and the final sync left out), with `steps` inner steps per island in all."""
     total = r["summary"]["tokens"]
     # The last row may be the final sync's commit, which waited for the links: leave it out.
-    rows = [x for x in r["rounds"] if x["tokens"] < total] or r["rounds"]
+    rows = [x for x in r["rounds"] if x["tokens"] < total]
     if len(rows) < 2 or rows[-1]["tokens"] <= rows[0]["tokens"]:
-        return r["summary"]["seconds"] / steps
+        # The whole run's seconds over its steps would count the start-up, the heal and the final
+        # sync as steps (a 200-step calibration, two rounds, came out 25-35% slower than the runs).
+        raise SystemExit(f"wan_speedup: a run of {steps} steps gave {len(rows)} global round(s) before its last, "
+                         "too few to time the inner step between two of them: give --calibrate at least 3 x H steps")
     return (rows[-1]["seconds"] - rows[0]["seconds"]) / ((rows[-1]["tokens"] - rows[0]["tokens"]) / (total / steps))
 
 
@@ -83,7 +86,8 @@ def main():
                     help="runs of the decoupled leg (its merges depend on thread timing); the table has the means")
     ap.add_argument("--R", type=float, default=80.0,
                     help="one fp32 model exchange on a link / one inner step: 80 for 3 Gbps, 120 for 2, 48 for 5")
-    ap.add_argument("--calibrate", type=int, default=200, help="inner steps of the run that measures the step")
+    ap.add_argument("--calibrate", type=int, default=400,
+                    help="inner steps of the run that measures the step (at least 3 x H: timed between its rounds)")
     ap.add_argument("--tolerance", type=float, default=0.25,
                     help="largest relative drift of the inner step between the calibration and the decoupled runs")
     ap.add_argument("--out", default=None, help="keep metrics files here")
