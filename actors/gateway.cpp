@@ -44,8 +44,9 @@ struct RelayState {
   caf::actor syncer;
   caf::actor connector;
   std::map<int, caf::actor_addr> joined;  // island → its proxy (for a heartbeat loss)
-  JoinThrottle joins{0.0};                // each join costs the syncer a whole model: spaced out per island
-  std::map<int, std::pair<caf::strong_actor_ptr, WireFrame>> waiting_joins;  // island → its newest join, and who sent it
+  // Each join costs the syncer a whole model: spaced out per island; a held one is the island's
+  // newest request and who sent it.
+  JoinThrottle<std::pair<caf::strong_actor_ptr, WireFrame>> joins{0.0};
   double last_heard = 0.0;
   bool closing = false;
 };
@@ -57,7 +58,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
   st.syncer = syncer;
   st.connector = connector;
   st.last_heard = detail::now_s(self);
-  st.joins = JoinThrottle(rt->cfg.net.join_interval_ms / 1000.0);
+  st.joins = decltype(st.joins)(rt->cfg.net.join_interval_ms / 1000.0);
   self->monitor(syncer);
   self->monitor(connector);
   const caf::node_id peer = connector.node();
@@ -110,28 +111,27 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
         if (i < 0) return;
         auto& st = self->state;
         const double now = detail::now_s(self);
-        const auto at = st.joins.arrive(i, now);
-        if (at && *at <= now) {
+        auto got = st.joins.arrive(i, now, {self->current_sender(), std::move(w)});
+        if (got.pass) {
           st.joined[i] = caf::actor_cast<caf::actor_addr>(self->current_sender());
           ++rt->gateway.relayed[static_cast<std::size_t>(site)];
-          self->delegate(st.syncer, a, std::move(w));
+          self->delegate(st.syncer, a, std::move(got.pass->second));
           return;
         }
-        // Within the interval of the island's last join: it waits, the newest in place of any waiting one.
-        st.waiting_joins[i] = {self->current_sender(), std::move(w)};
-        if (at) self->delayed_send(self, detail::micros(*at - now), a, static_cast<std::uint64_t>(i));
+        // Within the interval of the island's last join: it is held, the newest in place of any held one.
+        if (got.wake) self->delayed_send(self, detail::micros(*got.wake - now), a, static_cast<std::uint64_t>(i));
       },
       [=](join_atom a, std::uint64_t island) {
         // The moment of island's waiting join came (this relay's own timer; from anyone else ignored).
         auto& st = self->state;
         const auto& from = self->current_sender();
         if (!from || from.get() != self->ctrl()) return;
-        auto it = st.waiting_joins.find(static_cast<int>(island));
-        if (!st.joins.release(static_cast<int>(island), detail::now_s(self)) || it == st.waiting_joins.end()) return;
-        st.joined[it->first] = caf::actor_cast<caf::actor_addr>(it->second.first);
+        auto held = st.joins.release(static_cast<int>(island), detail::now_s(self));
+        if (!held) return;
+        auto& [sender, frame] = *held;
+        st.joined[static_cast<int>(island)] = caf::actor_cast<caf::actor_addr>(sender);
         ++rt->gateway.relayed[static_cast<std::size_t>(site)];
-        caf::send_as(caf::actor_cast<caf::actor>(it->second.first), st.syncer, a, std::move(it->second.second));
-        st.waiting_joins.erase(it);
+        caf::send_as(caf::actor_cast<caf::actor>(sender), st.syncer, a, std::move(frame));
       },
       [=](progress_atom a, WireFrame& w) {
         const int i = admit(w, MessageType::progress);

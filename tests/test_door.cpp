@@ -260,27 +260,36 @@ BOOST_AUTO_TEST_CASE(unanswered_challenges_are_bounded_oldest_first_whatever_the
 }
 
 BOOST_AUTO_TEST_CASE(a_site_asking_to_join_again_and_again_is_answered_once_an_interval) {
-  JoinThrottle t(1.0);
+  JoinThrottle<std::string> t(1.0);
   // The first join of an island passes at once, and so does another island's.
-  BOOST_TEST(t.arrive(2, 10.0).value() == 10.0);
-  BOOST_TEST(t.arrive(3, 10.1).value() == 10.1);
-  // Again within the interval: it waits until the interval is over ...
-  BOOST_TEST(t.arrive(2, 10.2).value() == 11.0);
+  auto a = t.arrive(2, 10.0, "2 first");
+  BOOST_TEST(a.pass.value() == "2 first");
+  BOOST_TEST(!a.wake);
+  BOOST_TEST(t.arrive(3, 10.1, "3 first").pass.value() == "3 first");
+  // Again within the interval: it is held until the interval is over ...
+  a = t.arrive(2, 10.2, "2 again");
+  BOOST_TEST(!a.pass);
+  BOOST_TEST(a.wake.value() == 11.0);
   BOOST_TEST(t.waiting() == 1u);
-  // ... and a burst while it waits only replaces it: no more moments to wait for.
-  for (int k = 0; k < 1000; ++k) BOOST_TEST(!t.arrive(2, 10.3 + k * 1e-4));
-  BOOST_TEST(t.release(2, 11.0));
-  BOOST_TEST(!t.release(2, 11.0));  // one waited, one passed
+  // ... and a burst while it is held only replaces it: no more moments to wait for, and the
+  // newest is what passes.
+  for (int k = 0; k < 1000; ++k) {
+    const auto b = t.arrive(2, 10.3 + k * 1e-4, "2 burst " + std::to_string(k));
+    BOOST_TEST((!b.pass && !b.wake));
+  }
+  BOOST_TEST(t.waiting() == 1u);
+  BOOST_TEST(t.release(2, 11.0).value() == "2 burst 999");
+  BOOST_TEST(!t.release(2, 11.0));  // one was held, one passed
   BOOST_TEST(t.waiting() == 0u);
   // The interval counts from the join that passed last.
-  BOOST_TEST(t.arrive(2, 11.5).value() == 12.0);
-  BOOST_TEST(t.release(2, 12.0));
-  BOOST_TEST(t.arrive(2, 13.0).value() == 13.0);
-  // Nothing waits for a release that never was asked for.
+  BOOST_TEST(t.arrive(2, 11.5, "2 later").wake.value() == 12.0);
+  BOOST_TEST(t.release(2, 12.0).value() == "2 later");
+  BOOST_TEST(t.arrive(2, 13.0, "2 after").pass.value() == "2 after");
+  // Nothing is held for a release that never was asked for.
   BOOST_TEST(!t.release(7, 20.0));
   // Interval 0: every join passes at once.
-  JoinThrottle off(0.0);
-  for (int k = 0; k < 3; ++k) BOOST_TEST(off.arrive(1, 5.0).value() == 5.0);
+  JoinThrottle<int> off(0.0);
+  for (int k = 0; k < 3; ++k) BOOST_TEST(off.arrive(1, 5.0, k).pass.value() == k);
 }
 
 BOOST_AUTO_TEST_CASE(a_peers_payload_is_bounded_by_the_runs_largest_fragment_frame) {

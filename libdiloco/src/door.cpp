@@ -292,28 +292,4 @@ std::uint32_t peer_payload_bound(std::size_t largest_fragment_values, std::size_
   return static_cast<std::uint32_t>(std::min<std::size_t>(bound, std::uint32_t{1} << 31));
 }
 
-std::optional<double> JoinThrottle::arrive(int island, double now) {
-  auto& s = slots_[island];
-  if (s.waiting) return std::nullopt;
-  if (!s.ever || now >= s.passed + interval_) {
-    s.passed = now;
-    s.ever = true;
-    return now;
-  }
-  s.waiting = true;
-  return s.passed + interval_;
-}
-
-bool JoinThrottle::release(int island, double now) {
-  auto it = slots_.find(island);
-  if (it == slots_.end() || !it->second.waiting) return false;
-  it->second.waiting = false;
-  it->second.passed = now;
-  return true;
-}
-
-std::size_t JoinThrottle::waiting() const {
-  return static_cast<std::size_t>(std::count_if(slots_.begin(), slots_.end(), [](const auto& kv) { return kv.second.waiting; }));
-}
-
 }  // namespace diloco

@@ -211,27 +211,59 @@ private:
 /// answered with the whole model in fp32, so a proven site asking again and again would have the
 /// syncer encode and send Θ without end (and flip its islands between finished and training,
 /// writing the state file each time). The first join of an island passes at once; one arriving
-/// within `interval_s` of the last that passed waits until that interval is over, and a join
-/// arriving while one waits takes its place (the newest is what the site wants). Nothing is
+/// within `interval_s` of the last that passed is held until that interval is over, and a join
+/// arriving while one is held takes its place (the newest is what the site wants). Nothing is
 /// dropped: an honest island asks one join at a time and waits for its welcome, so it waits here
-/// only when it re-joins within the interval, and then not longer than it. Time is passed in.
+/// only when it re-joins within the interval, and then not longer than it. `Join` is what the
+/// caller forwards (the request and who sent it); time is passed in.
+template <class Join>
 class JoinThrottle {
 public:
   explicit JoinThrottle(double interval_s) : interval_(interval_s) {}
-  /// A join of `island` arrives at `now`: the moment it may pass (`now`: at once; later: call
-  /// release() then), or nothing when a join of the island waits already (this one replaces it
-  /// and passes at that one's moment).
-  std::optional<double> arrive(int island, double now);
-  /// The moment of `island`'s waiting join came: true if one waited (it passes now).
-  bool release(int island, double now);
-  /// Islands with a join waiting.
-  std::size_t waiting() const;
+
+  /// What became of an arriving join: it passes now (`pass`), or it is held and release() is due
+  /// at `wake` (neither when a join of the island was held already: this one took its place and
+  /// passes at that one's moment).
+  struct Arrival {
+    std::optional<Join> pass;
+    std::optional<double> wake;
+  };
+  Arrival arrive(int island, double now, Join join) {
+    auto& s = slots_[island];
+    Arrival a;
+    if (s.held) {
+      s.held = std::move(join);
+    } else if (!s.ever || now >= s.passed + interval_) {
+      s.passed = now;
+      s.ever = true;
+      a.pass = std::move(join);
+    } else {
+      s.held = std::move(join);
+      a.wake = s.passed + interval_;
+    }
+    return a;
+  }
+  /// The moment of `island`'s held join came: the join, which passes now (nothing if none was held).
+  std::optional<Join> release(int island, double now) {
+    auto it = slots_.find(island);
+    if (it == slots_.end() || !it->second.held) return std::nullopt;
+    std::optional<Join> j = std::move(it->second.held);
+    it->second.held.reset();
+    it->second.passed = now;
+    return j;
+  }
+  /// Islands with a join held.
+  std::size_t waiting() const {
+    std::size_t n = 0;
+    for (const auto& [island, s] : slots_) n += s.held ? 1 : 0;
+    return n;
+  }
 
 private:
   struct Slot {
     double passed = 0.0;  // when its last join passed
     bool ever = false;    // one passed at all
-    bool waiting = false;
+    std::optional<Join> held;
   };
   double interval_;
   std::map<int, Slot> slots_;
