@@ -20,11 +20,10 @@ using diloco::FaultKind;
 namespace {
 bool quiet_ = false;
 
-/// "1 frame refused", "2 frames refused": a count and its phrase, with an s inserted after the
-/// phrase's first `plural_at` characters (at its end by default) unless the count is one.
-std::string counted(std::uint64_t n, std::string_view noun, std::size_t plural_at = std::string_view::npos) {
-  const auto k = std::min(plural_at, noun.size());
-  return fmt::format("{} {}{}{}", n, noun.substr(0, k), n == 1 ? "" : "s", noun.substr(k));
+/// "1 frame refused", "2 frames refused": a count, its noun (with an s unless the count is one)
+/// and the rest of the phrase.
+std::string counted(std::uint64_t n, std::string_view noun, std::string_view rest = {}) {
+  return fmt::format("{} {}{}{}", n, noun, n == 1 ? "" : "s", rest);
 }
 }  // namespace
 
@@ -256,11 +255,11 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
   std::printf(", %llu tokens in %.1f s (%.0f tok/s), %.2f MB on the wire", static_cast<unsigned long long>(t.tokens),
               end.seconds, t.tokens / std::max(end.seconds, 1e-9), t.bytes_sent / 1e6);
   std::printf("; %s, %s, %s", counted(t.commits, "fragment commit").c_str(),
-              counted(t.dropped_stale, "late contribution dropped", 17).c_str(),
-              counted(t.rejected, "frame refused", 5).c_str());
-  if (t.clipped > 0) std::printf(", %s", counted(t.clipped, "outer gradient clipped", 14).c_str());
+              counted(t.dropped_stale, "late contribution", " dropped").c_str(),
+              counted(t.rejected, "frame", " refused").c_str());
+  if (t.clipped > 0) std::printf(", %s", counted(t.clipped, "outer gradient", " clipped").c_str());
   if (t.superseded > 0)
-    std::printf(", %s", counted(t.superseded, "send superseded by the same island's next before a commit", 4).c_str());
+    std::printf(", %s", counted(t.superseded, "send", " superseded by the same island's next before a commit").c_str());
   std::printf("\n");
   std::printf("goodput %.1f%%: %.1f of %.1f chip-seconds reached the global model (lost: %.1f to failures, %.1f to "
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
