@@ -19,6 +19,7 @@ namespace diloco::actors {
 namespace {
 
 using chaos_atom = caf::atom_constant<caf::atom("dl_chaos")>;
+using chaos_late_atom = caf::atom_constant<caf::atom("dl_chlate")>;
 
 bool runs_island(const SpawnSet& what, int i) {
   return what.all_islands || std::find(what.islands.begin(), what.islands.end(), i) != what.islands.end();
@@ -139,8 +140,18 @@ caf::behavior driver_actor(caf::event_based_actor* self, std::shared_ptr<Runtime
   return {
       [=](chaos_atom, std::uint64_t k) {
         if (rt->all_done()) return;  // the run is over
-        fire(self, *rt, Fault::of(rt->schedule[k]), what);
+        // A partition of a site on another clock (SiteLinks::align) begins when that site's clock
+        // says: its links hold frames from then on, and the fault is reported then.
+        const auto& e = rt->schedule[k];
+        const double late = e.kind == ChaosEvent::partition
+                                ? rt->t0.load() + e.at_s + rt->links.clock_offset(e.site) - detail::now_s(self)
+                                : 0.0;
+        if (late > 0.0) self->delayed_send(self, detail::micros(late), chaos_late_atom::value, k);
+        else fire(self, *rt, Fault::of(e), what);
         arm(k + 1);
+      },
+      [=](chaos_late_atom, std::uint64_t k) {
+        if (!rt->all_done()) fire(self, *rt, Fault::of(rt->schedule[k]), what);
       },
   };
 }

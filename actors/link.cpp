@@ -52,6 +52,23 @@ double SiteLinks::busy_until(int island, bool up) const {
   return (up ? l.up : l.down).busy_until();
 }
 
+void SiteLinks::align(int island, double offset_s) {
+  const int site = site_of(cfg_, island);
+  if (sites_.empty() || site < 0 || static_cast<std::size_t>(site) >= sites_.size()) return;
+  auto& l = *sites_[static_cast<std::size_t>(site)];
+  std::lock_guard lk(l.mu);
+  l.offset = offset_s;
+  l.up.shift_partitions(offset_s);
+  l.down.shift_partitions(offset_s);
+}
+
+double SiteLinks::clock_offset(int site) const {
+  if (site < 0 || static_cast<std::size_t>(site) >= sites_.size()) return 0.0;
+  auto& l = *sites_[static_cast<std::size_t>(site)];
+  std::lock_guard lk(l.mu);
+  return l.offset;
+}
+
 SiteLinks::Totals SiteLinks::totals() const {
   Totals t;
   for (auto& l : sites_) {

@@ -43,7 +43,16 @@ struct Membership {
       self->monitor(s);
     }
     JoinRequest jr{island, static_cast<std::uint64_t>(incarnation), keeps_local};
-    detail::send_over_link(self, rt, island, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
+    if (!rt.site_process) {
+      detail::send_over_link(self, rt, island, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
+      return;
+    }
+    // The request says when it reaches the syncer on this process's clock: the link's delay
+    // first (a partition may hold it), then the stamp.
+    const double now = detail::now_s(self) - rt.t0.load();
+    const double delay = rt.links.delay(island, true, encode_message(jr).size(), now);
+    jr.run_s = std::max(0.0, now + delay);
+    deliver_after(self, delay, s, join_atom::value, detail::to_wire(encode_message(jr)));
   }
 
   /// The join_atom of a retry timer: the request it stood for is over; ask again.

@@ -602,6 +602,7 @@ int run_site_process(diloco::RunConfig cfg, const NetFlags& f) {
       tl->line("island " + std::to_string(i) + " resumes at step " + std::to_string(step) +
                (rt->resume_islands[static_cast<std::size_t>(i)] ? " from its own saved state (" + state->state_path() + ")"
                                                                  : std::string()));
+  rt->site_process = true;
   SpawnSet only_mine;
   only_mine.syncer = false;
   only_mine.all_islands = false;

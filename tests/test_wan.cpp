@@ -70,6 +70,24 @@ BOOST_AUTO_TEST_CASE(nothing_leaves_during_a_partition) {
   BOOST_TEST(d.transmissions == 1);
 }
 
+// A site process that started 2.5 s after the syncer's: the syncer's end of its link holds
+// frames over the same window of time as the site's end, 2.5 s later on the syncer's clock.
+BOOST_AUTO_TEST_CASE(a_partition_shifted_to_another_clock_holds_frames_over_the_shifted_window) {
+  auto cfg = mb_per_second(0.1);
+  cfg.partitions = {{1.0, 5.0}};
+  WanLink link(cfg);
+  link.shift_partitions(2.5);
+  BOOST_TEST(!link.partitioned(2.0));
+  BOOST_TEST(link.partitioned(3.5));
+  BOOST_TEST(link.partitioned(7.0));
+  BOOST_TEST(!link.partitioned(7.5));
+  BOOST_TEST(link.send(1'000'000, 2.0).delivered_at == 3.1, tt::tolerance(1e-12));  // before the cut
+  BOOST_TEST(link.send(1'000'000, 4.0).delivered_at == 8.6, tt::tolerance(1e-12));  // held until 7.5
+  link.shift_partitions(-1.0);  // from where the config put them, not cumulative
+  BOOST_TEST(link.partitioned(0.0));
+  BOOST_TEST(!link.partitioned(4.0));
+}
+
 BOOST_AUTO_TEST_CASE(a_partition_cutting_a_transmission_resends_it_once_healed) {
   auto cfg = mb_per_second(0.0);
   cfg.partitions = {{0.5, 2.0}};

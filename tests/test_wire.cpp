@@ -281,6 +281,8 @@ BOOST_AUTO_TEST_CASE(every_message_type_round_trips_through_decode_message) {
   BOOST_TEST(j.incarnation == 9u);
   BOOST_TEST(j.keeps_local);
   BOOST_TEST(!std::get<JoinRequest>(*decode_message(encode_message(JoinRequest{2, 9}))).keeps_local);
+  BOOST_TEST(j.run_s == 0.0);
+  BOOST_TEST(std::get<JoinRequest>(*decode_message(encode_message(JoinRequest{2, 9, false, 12.25}))).run_s == 12.25);
   auto r = std::get<JoinReply>(*decode_message(encode_message(msgs[3])));
   BOOST_TEST_REQUIRE(r.fragments.size() == 2u);
   for (const auto& f : r.fragments) check_fragment_msg(f);
@@ -459,6 +461,24 @@ BOOST_AUTO_TEST_CASE(progress_with_an_absurd_step_or_counter_is_refused_and_sums
   BOOST_TEST(add_counters(kMaxCounter - 1, 5) == kMaxCounter);
   BOOST_TEST(add_counters(kMaxCounter, kMaxCounter) == kMaxCounter);
   BOOST_TEST(add_counters(2, 3) == 5u);
+}
+
+// A join request's run time moves the syncer's partitions of the island's site: NaN, infinity,
+// a negative time or one past kMaxRunSeconds would move them nowhere sensible.
+BOOST_AUTO_TEST_CASE(a_join_request_with_an_absurd_run_time_is_refused) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (double bad : {nan, inf, -inf}) {
+    auto d = decode_message(encode_message(JoinRequest{1, 0, false, bad}));
+    BOOST_TEST_REQUIRE(!d.has_value());
+    BOOST_TEST(to_string(d.error().code) == to_string(errc::non_finite));
+  }
+  for (double bad : {-0.5, 2 * kMaxRunSeconds}) {
+    auto d = decode_message(encode_message(JoinRequest{1, 0, false, bad}));
+    BOOST_TEST_REQUIRE(!d.has_value());
+    BOOST_TEST(to_string(d.error().code) == to_string(errc::out_of_bounds));
+    BOOST_TEST_MESSAGE(d.error().message());
+  }
+  BOOST_TEST(decode_message(encode_message(JoinRequest{1, 0, false, kMaxRunSeconds})).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(progress_with_more_fragments_than_the_limit_is_refused) {

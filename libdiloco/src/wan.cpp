@@ -29,19 +29,19 @@ WanLink::WanLink(LinkConfig cfg) : cfg_(std::move(cfg)), rng_(cfg_.seed) {
   if (auto e = validate(cfg_); !e.empty()) throw std::invalid_argument(e.front());
 }
 
-const Partition* WanLink::partition_at(double t) const {
+std::optional<Partition> WanLink::partition_at(double t) const {
   for (const auto& p : cfg_.partitions)
-    if (t >= p.start_s && t < p.end_s) return &p;
-  return nullptr;
+    if (t >= p.start_s + shift_ && t < p.end_s + shift_) return Partition{p.start_s + shift_, p.end_s + shift_};
+  return std::nullopt;
 }
 
-const Partition* WanLink::partition_starting_in(double from, double to) const {
+std::optional<Partition> WanLink::partition_starting_in(double from, double to) const {
   for (const auto& p : cfg_.partitions)
-    if (p.start_s > from && p.start_s < to) return &p;
-  return nullptr;
+    if (p.start_s + shift_ > from && p.start_s + shift_ < to) return Partition{p.start_s + shift_, p.end_s + shift_};
+  return std::nullopt;
 }
 
-bool WanLink::partitioned(double t) const { return partition_at(t) != nullptr; }
+bool WanLink::partitioned(double t) const { return partition_at(t).has_value(); }
 
 Delivery WanLink::send(std::uint64_t bytes, double now) {
   Delivery d;
@@ -49,10 +49,10 @@ Delivery WanLink::send(std::uint64_t bytes, double now) {
   double t = std::max(now, busy_until_);
   const double duration = static_cast<double>(bytes) / cfg_.bandwidth_Bps;
   for (;;) {
-    if (const auto* p = partition_at(t)) t = p->end_s;  // nothing leaves while partitioned
+    if (const auto p = partition_at(t)) t = p->end_s;  // nothing leaves while partitioned
     const double end = t + duration;
     ++d.transmissions;
-    if (const auto* cut = partition_starting_in(t, end)) {
+    if (const auto cut = partition_starting_in(t, end)) {
       // The partition cuts the transmission: what was sent is lost; send again after it heals.
       const auto sent = static_cast<std::uint64_t>((cut->start_s - t) * cfg_.bandwidth_Bps);
       d.wire_bytes += sent;

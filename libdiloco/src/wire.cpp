@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -311,7 +312,13 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
     }
     case MessageType::join_request: {
       auto j = env.getJoinRequest();
-      return Message(JoinRequest{j.getIsland(), j.getIncarnation(), j.getKeepsLocal()});
+      const double run_s = j.getRunSeconds();
+      if (!std::isfinite(run_s))
+        return Error{errc::non_finite, "join request of island " + std::to_string(j.getIsland()) + " carries run time " + std::to_string(run_s)};
+      if (run_s < 0.0 || run_s > kMaxRunSeconds)
+        return Error{errc::out_of_bounds, "join request of island " + std::to_string(j.getIsland()) + " carries run time " +
+                                              std::to_string(run_s) + " s, outside [0, 1e9]"};
+      return Message(JoinRequest{j.getIsland(), j.getIncarnation(), j.getKeepsLocal(), run_s});
     }
     case MessageType::join_reply: {
       auto list = env.getJoinReply().getFragments();
@@ -437,6 +444,7 @@ Frame encode_message(const Message& m, std::uint64_t term) {
           j.setIsland(msg.island);
           j.setIncarnation(msg.incarnation);
           j.setKeepsLocal(msg.keeps_local);
+          j.setRunSeconds(msg.run_s);
         } else if constexpr (std::is_same_v<T, JoinReply>) {
           auto list = env.initJoinReply().initFragments(static_cast<unsigned>(msg.fragments.size()));
           for (unsigned i = 0; i < msg.fragments.size(); ++i) fill_fragment(list[i], msg.fragments[i]);

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   put("wire_message", "progress", encode_message(ProgressMessage{2, 99, {{0, 5, 640, 5}, {1, 2, 128, 1}}}));
   put("wire_message", "join_request", encode_message(JoinRequest{3, 2}));
   put("wire_message", "join_request_keeping_parameters", encode_message(JoinRequest{3, 2, true}));
+  put("wire_message", "join_request_of_a_site_process", encode_message(JoinRequest{3, 2, false, 4.75}));
   put("wire_message", "join_reply", encode_message(JoinReply{{gm, gm}}));
   put("wire_message", "heartbeat", encode_message(Heartbeat{-1, 17, 123456789}));
   put("wire_message", "run_over", encode_message(RunOver{RunOutcome::stopped, "island 1 reported that it diverged at step 3"}));

@@ -2,7 +2,8 @@
 """Sites that are not in the configuration join a running run (configs/join.toml: site-a holds
 island 0, islands 1 and 2 are open; loopback, mutual TLS).
 
-Once site-a's island has been merged, site-a's link is cut for 6 s, and during the cut site-j
+Once site-a's island has been merged, site-a's link is cut for 6 s (at both ends at once, on
+site-a's clock, although the syncer started seconds earlier), and during the cut site-j
 joins with one island: it is given open island 1, heals from the global parameters and
 contributes (a commit holds island 1) while site-a's frames wait for the link. While it trains, four
 joiners are refused and the run goes on: one under site-j's name (it has a live session), one
@@ -75,6 +76,13 @@ wait_commit_with(syncer, 0, 0.0, "from site-a")
 cut = a.wait_for(r"^\s*[0-9.]+s  injected fault: .*partition", 30)
 cut_at = a.stamped(r"injected fault: .*partition")[0][0]  # when it began, not when the test looked
 print(f"{cut_at:7.2f}s site-a cut off: {cut.string.strip()}")
+# The syncer's end of the link is cut on site-a's clock too (site-a's join request said where its
+# clock stands), not at 4 s of the syncer's own, which started seconds earlier.
+syncer.wait_for(r"injected fault: .*partition", 10)
+syncer_cut_at = syncer.matches(r"injected fault: .*partition")[0][0]  # logged, not stamped: when it came
+if abs(syncer_cut_at - cut_at) > 1.0:
+    fail(f"the syncer cut site-a's link at {syncer_cut_at:.2f} s, site-a at {cut_at:.2f} s")
+print(f"{syncer_cut_at:7.2f}s the syncer's end of site-a's link cut too")
 joined_at = now()
 j = site("site-j", "--join", "--islands", "1")
 j.wait_for(r"joined the run with open islands 1$", 30)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,10 @@ public:
   double busy_until() const { return busy_until_; }
   /// Whether the link is inside a partition at `t`.
   bool partitioned(double t) const;
+  /// Moves the configured partitions `by` seconds later (earlier when negative) on this link's
+  /// clock, from where the config put them (not cumulative): the partitions of a site whose
+  /// process counts time from another start than the process that holds this link.
+  void shift_partitions(double by) { shift_ = by; }
   std::uint64_t bytes_carried() const { return bytes_; }  // all transmissions
   std::uint64_t payload_bytes() const { return payload_; } // each message once
   std::uint64_t messages() const { return messages_; }
@@ -62,9 +67,10 @@ public:
   const LinkConfig& config() const { return cfg_; }
 
 private:
-  const Partition* partition_at(double t) const;
-  const Partition* partition_starting_in(double from, double to) const;
+  std::optional<Partition> partition_at(double t) const;  // shifted
+  std::optional<Partition> partition_starting_in(double from, double to) const;
   LinkConfig cfg_;
+  double shift_ = 0.0;  // shift_partitions()
   Rng rng_;
   double busy_until_ = 0.0;
   double last_delivery_ = 0.0;

@@ -84,7 +84,14 @@ struct JoinRequest {
   /// Keeps its parameters through the heal (a re-join, or restored from a saved state): its
   /// progress goes out again from the new base (SyncerCore::join_reply).
   bool keeps_local = false;
+  /// A site process's run time (seconds since its start) when the request reaches the syncer:
+  /// the syncer plays the partitions of the island's site on that site's clock (SiteLinks::align).
+  /// 0: the same process, nothing to align. Finite and in [0, kMaxRunSeconds] or refused.
+  double run_s = 0.0;
 };
+
+/// The largest run time a join request may carry (about 31 years): beyond it the frame is absurd.
+inline constexpr double kMaxRunSeconds = 1e9;
 
 /// The syncer's answer: every global fragment with its round (kind global_params).
 struct JoinReply {

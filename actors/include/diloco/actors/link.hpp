@@ -36,6 +36,14 @@ public:
   /// given (relative to the run's start; 0 without links): until then a frame would queue.
   double busy_until(int island, bool up) const;
 
+  /// Island `island`'s site counts time from another start: its clock reads `offset_s` seconds
+  /// less than this process's run clock (a site process that started later; JoinRequest::run_s).
+  /// The site's partitions, which its own process plays on its clock, are moved here to match,
+  /// so that both ends of a cut link hold their frames over the same window.
+  void align(int island, double offset_s);
+  /// How many seconds site `site`'s clock reads less than this process's (0 until align()).
+  double clock_offset(int site) const;
+
   /// What all links carried: bytes (retransmissions included) and retransmissions.
   struct Totals {
     std::uint64_t bytes = 0;
@@ -57,11 +65,24 @@ private:
   struct Site {
     std::mutex mu;
     WanLink up, down;
+    double offset = 0.0;  // align()
     Site(LinkConfig u, LinkConfig d) : up(std::move(u)), down(std::move(d)) {}
   };
   const RunConfig& cfg_;
   std::vector<std::unique_ptr<Site>> sites_;
 };
+
+/// Sends frame `w` with `atom` from `self` to `dest`, `delay` seconds from now (at once when 0):
+/// a frame whose link delay the caller took from SiteLinks::delay itself.
+template <class Atom>
+void deliver_after(caf::event_based_actor* self, double delay, const caf::actor& dest, Atom atom, WireFrame w) {
+  if (delay > 0.0) {
+    self->delayed_send(dest, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(delay)),
+                       atom, std::move(w));
+  } else {
+    self->send(dest, atom, std::move(w));
+  }
+}
 
 /// Sends frame `w` with `atom` from `self` to `dest` over island `island`'s link (`up`: towards
 /// the syncer), delivered when the link would deliver it. `t0` is the run's start on the actor
@@ -71,12 +92,7 @@ double send_over_link(caf::event_based_actor* self, SiteLinks& links, double t0,
                       const caf::actor& dest, Atom atom, WireFrame w) {
   const double now = std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
   const double delay = links.delay(island, up, w.bytes.size(), now - t0);
-  if (delay > 0.0) {
-    self->delayed_send(dest, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(delay)),
-                       atom, std::move(w));
-  } else {
-    self->send(dest, atom, std::move(w));
-  }
+  deliver_after(self, delay, dest, atom, std::move(w));
   return delay;
 }
 

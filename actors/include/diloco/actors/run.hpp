@@ -54,6 +54,10 @@ struct Run {
   /// merge time is left out of the adaptive grace, so that no wall-clock reading reaches a
   /// decision and the same seed and config give the same run.
   bool simulated = false;
+  /// A site process (`diloco site`), whose syncer runs in another process that started at
+  /// another time: its islands' join requests carry this process's run time (JoinRequest::run_s),
+  /// so that the syncer plays this site's partitions on this process's clock.
+  bool site_process = false;
   /// A replicated syncer's leader: whether it still holds its lease (LeaseHold). While it does
   /// not, the syncer commits nothing: a deposed leader never commits next to its successor.
   /// Empty: not replicated, always leading.
