@@ -97,9 +97,9 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
   // record: a site process has no gateway of its own), and the site dials again.
   auto hear_over = [self, rt, log, o, retry](const WireFrame& w) {
     const std::string where = "connector " + o.site + ": run-over word";
-    const auto got = detail::stale_term(self, *rt, rt->gateway.refused, where, w)
+    const auto got = detail::stale_term(self, *rt, rt->gateway.connector_refused, where, w)
                          ? std::nullopt
-                         : detail::expect_message<RunOver>(self, *rt, rt->gateway.refused, where, w);
+                         : detail::expect_message<RunOver>(self, *rt, rt->gateway.connector_refused, where, w);
     if (!got) {
       retry("a broken run-over word from the syncer");
       return;
@@ -147,7 +147,7 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
                         const bool admitted = st.fence.admit(s.term);
                         rt->newest_term = st.fence.newest();  // frames of older terms are refused from here on
                         if (!admitted) {
-                          ++rt->gateway.refused;
+                          ++rt->gateway.connector_refused;
                           rt->emit(Event::refused(detail::now_s(self),
                                                   "a session of term " + std::to_string(s.term) +
                                                       " from a deposed syncer leader (the newest term is " +
@@ -252,7 +252,7 @@ caf::behavior connector_actor(caf::stateful_actor<ConnectorState>* self, std::sh
         auto msg = decode_message(detail::bytes_of(w));
         if (!msg || !std::holds_alternative<Heartbeat>(*msg) || std::get<Heartbeat>(*msg).sender != syncer_id) return;
         // A deposed leader's echo keeps nothing alive (refused and counted).
-        if (detail::stale_term(self, *rt, rt->gateway.refused, "connector " + o.site + ": heartbeat echo", w)) return;
+        if (detail::stale_term(self, *rt, rt->gateway.connector_refused, "connector " + o.site + ": heartbeat echo", w)) return;
         auto from = self->current_sender();
         if (self->state.relay && from && from->address() == self->state.relay.address())
           self->state.last_echo = detail::now_s(self);

@@ -39,7 +39,6 @@ struct SyncerState {
   std::map<std::pair<int, int>, int> accepted;
   double t_sync = 0.0;                     // merge + broadcast time estimate (adaptive grace)
   std::map<int, caf::actor> islands;       // registered islands by id
-  StepClock steps;                         // the islands' inner step time (grace windows)
   std::uint64_t reported_round = 0;
   double pending_tick = std::numeric_limits<double>::infinity();
   // A replicated leader (Run::hold_until_replicated): the generation of its newest snapshot, the
@@ -250,7 +249,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     // (Simulated: the links' time alone; a wall-clock reading would make the run unrepeatable.)
     const double t = (rt.simulated ? 0.0 : std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count()) + t_link;
     st.t_sync = st.t_sync == 0.0 ? t : 0.9 * st.t_sync + 0.1 * t;
-    st.core->set_timing(st.steps.t_step(), st.t_sync);
+    st.core->set_sync_time(st.t_sync);
   }
   // The state file (syncer.checkpoint) is written every snapshot_every rounds and when an island
   // finishes: what a restarted process resumes from.
@@ -357,7 +356,6 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         const int id = joining->id;
         const auto& who = joining->who;
         st.islands[id] = who;
-        st.steps.forget(id);  // the time it was away is not a step
         self->monitor(who);
         set_finished(st, *rt, id, false);  // training again until it says otherwise
         // A join reply carries every commit: a replicated leader sends it once a majority holds them.
@@ -393,7 +391,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (!pm) return;
         const int id = pm->island;
         const double now = detail::now_s(self);
-        st.core->heard(id, pm->local_step);
+        st.core->heard(id, pm->local_step, now);
         note_heard(*rt, st, id);
         if (pm->diverged) return;  // the run stops (admit_progress)
         if (pm->finished) {
@@ -401,10 +399,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
           // waiting for it, so those commit even below the quorum.
           set_finished(st, *rt, id, true);
           syncer_after_receive(self, *rt);
-          return;
         }
-        st.steps.heard(id, pm->local_step, now);
-        st.core->set_timing(st.steps.t_step(), st.t_sync);
       },
       [=](repaired_atom) { rt->dir.set_syncer(caf::actor_cast<caf::actor>(self)); },
       [](grad_atom, const WireFrame&) {},  // ddp's, not of this protocol (param_server.cpp)

@@ -929,8 +929,8 @@ BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_restores_who_finish
         s.outer = rt.cfg.outer;
         s.snapshot_every = 1;
         SyncerCore before(rt.plan, rt.initial, s);
-        before.heard(0, 12);
-        before.heard(1, 18);
+        before.heard(0, 12, 1.0);
+        before.heard(1, 18, 1.0);
         before.finish(1, true);
         rt.syncer.keep_snapshot(std::make_shared<const Checkpoint>(before.snapshot()));
       },

@@ -110,6 +110,27 @@ BOOST_AUTO_TEST_CASE(round_commits_only_with_quorum) {
   BOOST_TEST(s.params()[0] == -2.0f);  // Θ − mean δ with SGD lr 1
 }
 
+// grace = "steps": the window is grace_steps of the islands' inner steps as their progress
+// reports time them, and an island that re-joins after 2 s away does not stretch it.
+BOOST_AUTO_TEST_CASE(a_grace_window_in_steps_follows_the_reported_step_time_and_ignores_time_away) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(3, 1, "steps");
+  cfg.quorum.grace_steps = 30;
+  SyncerCore s(t.plan, init, cfg);
+  s.set_live_islands(3);
+  for (int k = 0; k <= 10; ++k) s.heard(0, static_cast<std::uint64_t>(k), 0.01 * k);  // 10 ms a step
+  BOOST_TEST(s.step_time() == 0.01, boost::test_tools::tolerance(1e-9));
+  (void)s.join_reply(0, false);                         // island 0 restarted ...
+  s.heard(0, 11, 2.11);                                 // ... and reports again 2 s later: a mark
+  BOOST_TEST(s.step_time() == 0.01, boost::test_tools::tolerance(1e-9));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f), 3.0));
+  BOOST_TEST(s.poll(3.0).empty());  // quorum at 3.0, waiting 30 steps of 10 ms
+  BOOST_TEST(s.next_deadline(3.0) == 3.3, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(s.poll(3.29).empty());
+  BOOST_TEST(s.poll(3.31).size() == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(straggler_inside_grace_is_merged) {
   Tiny t;
   std::vector<float> init(4, 0.0f);
@@ -708,10 +729,10 @@ BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_still_knows_who_fin
   cfg.snapshot_every = 100;  // rounds alone would not snapshot for a long time
   SyncerCore s(t.plan, init, cfg);
   s.set_live_islands(3);
-  s.heard(0, 40);
-  s.heard(1, 60);
-  s.heard(1, 50);  // the last step heard of only goes up
-  s.heard(7, 10);  // not an island of the run: ignored
+  s.heard(0, 40, 1.0);
+  s.heard(1, 60, 1.0);
+  s.heard(1, 50, 2.0);  // the last step heard of only goes up
+  s.heard(7, 10, 2.0);  // not an island of the run: ignored
   BOOST_TEST(!s.snapshot_due());
   s.finish(1, true);
   BOOST_TEST(s.snapshot_due());  // who finished must not be lost with the process

@@ -217,10 +217,12 @@ void SyncerCore::finish(int island, bool finished) {
   ++finish_changes_;
 }
 
-void SyncerCore::heard(int island, std::uint64_t step) {
+void SyncerCore::heard(int island, std::uint64_t step, double now) {
   if (island < 0 || island >= settings_.islands) return;
   auto& s = last_step_[static_cast<std::size_t>(island)];
   s = std::max(s, step);
+  clock_.heard(island, step, now);
+  for (auto& r : state_) r.t_step = clock_.t_step();
 }
 
 std::uint64_t SyncerCore::last_step(int island) const {
@@ -359,11 +361,8 @@ void SyncerCore::set_live_islands(int n) {
   for (auto& s : state_) s.live_islands = n;
 }
 
-void SyncerCore::set_timing(double t_step, double t_sync) {
-  for (auto& s : state_) {
-    s.t_step = t_step;
-    s.t_sync = t_sync;
-  }
+void SyncerCore::set_sync_time(double t_sync) {
+  for (auto& s : state_) s.t_sync = t_sync;
 }
 
 std::uint64_t global_round_of(std::span<const std::uint64_t> rounds) {
@@ -495,6 +494,7 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
   if (island >= 0 && island < settings_.islands) {
     const auto i = static_cast<std::size_t>(island);
     epoch = ++epochs_[i];
+    clock_.forget(island);  // the time it was away is not a step
     if (keeps_local) gone = withdraw(island);
     else fresh_epoch_[i] = epoch;
   }

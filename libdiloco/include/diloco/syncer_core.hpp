@@ -109,12 +109,16 @@ public:
   /// islands must be among the live islands (set_live_islands), also once they went away; one
   /// that joins again is training until it says otherwise (`false`).
   void finish(int island, bool finished);
-  /// Estimates for the adaptive grace window: islands' inner step time and merge + broadcast time.
-  void set_timing(double t_step, double t_sync);
-  /// Island `island` reported its local step `step` (Progress). The last step heard of per
-  /// island and who finished are part of the snapshot, so that a restarted syncer still knows
-  /// which islands are done (and can end the run) and where a restarted site's islands were.
-  void heard(int island, std::uint64_t step);
+  /// The merge + broadcast time estimate of the adaptive grace window (t_sync).
+  void set_sync_time(double t_sync);
+  /// Island `island` reported its local step `step` (Progress) at `now` (seconds). The last step
+  /// heard of per island and who finished are part of the snapshot, so that a restarted syncer
+  /// still knows which islands are done (and can end the run) and where a restarted site's
+  /// islands were. The reports also time the islands' inner steps (StepClock) for the grace
+  /// windows ("steps" and adaptive); a join (join_reply) restarts an island's timing.
+  void heard(int island, std::uint64_t step, double now);
+  /// Seconds per inner step as the progress reports tell it (0 until an island reported twice).
+  double step_time() const { return clock_.t_step(); }
   std::uint64_t last_step(int island) const;
   bool finished(int island) const;
 
@@ -247,6 +251,7 @@ private:
   int finished_count_ = 0;
   std::uint64_t finish_changes_ = 0, snapshot_finish_changes_ = 0;
   std::vector<std::uint64_t> last_step_;  // [island]: last local step heard of (heard())
+  StepClock clock_;                       // the islands' inner step time (heard(), join_reply())
   Status health_;
   FragmentInbox inbox_;
   RejectCounts refused_;         // frames the inbox accepted and receive() refused (out_of_bounds,

@@ -119,7 +119,7 @@ private:
   std::deque<std::pair<std::uint64_t, std::vector<float>>> new_rounds_;
 };
 
-/// Frames a process's gateway (sessions it refused) and each site's relay refused, and which
+/// Frames a process's gateway (sessions it refused), its connectors and each site's relay refused, and which
 /// sites the gateway told that the run is over: each field written by its own actor.
 struct GatewayRecord {
   /// Sessions are numbered by site: the configuration's `sites`, then one number per island for
@@ -131,7 +131,11 @@ struct GatewayRecord {
     for (auto& v : vacant) v = false;
     for (auto& t : told_island) t = false;
   }
-  std::atomic<std::uint64_t> refused{0};
+  std::atomic<std::uint64_t> refused{0};  // the gateway's: sessions it refused
+  /// The site side's: sessions and frames from the syncer that this process's connectors refused
+  /// (a deposed leader's term, a malformed run-over word). Apart from `refused`, so that a run
+  /// with both ends in one process (`--relays`) counts each end's refusals on its own.
+  std::atomic<std::uint64_t> connector_refused{0};
   std::vector<std::atomic<std::uint64_t>> relay_refused;  // per session number
   std::vector<std::atomic<std::uint64_t>> relayed;        // per session number: frames passed on to the syncer
   std::atomic<std::uint64_t> sessions{0};                 // sessions handed out (a relay each)
