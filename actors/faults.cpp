@@ -130,23 +130,26 @@ caf::behavior driver_actor(caf::event_based_actor* self, std::shared_ptr<Runtime
   // It ends with the tree it torments.
   self->monitor(root);
   self->set_down_handler([self](caf::down_msg& m) { self->quit(m.reason); });
+  // When event k falls on this process's clock: a partition of a site on another clock
+  // (SiteLinks::align) begins when that site's clock says, its links hold frames from then on,
+  // and the fault is reported then.
+  auto due_at = [rt](std::size_t k) {
+    const auto& e = rt->schedule[k];
+    return rt->t0.load() + e.at_s + (e.kind == ChaosEvent::partition ? rt->links.clock_offset(e.site) : 0.0);
+  };
   // One timer at a time: the next event is armed when the previous one fired.
-  auto arm = [self, rt](std::size_t k) {
+  auto arm = [self, rt, due_at](std::size_t k) {
     if (k >= rt->schedule.size()) return;
-    const double at = rt->t0.load() + rt->schedule[k].at_s;
-    self->delayed_send(self, detail::micros(at - detail::now_s(self)), chaos_atom::value, static_cast<std::uint64_t>(k));
+    self->delayed_send(self, detail::micros(due_at(k) - detail::now_s(self)), chaos_atom::value, static_cast<std::uint64_t>(k));
   };
   arm(0);
   return {
       [=](chaos_atom, std::uint64_t k) {
         if (rt->all_done()) return;  // the run is over
-        // A partition of a site on another clock (SiteLinks::align) begins when that site's clock
-        // says: its links hold frames from then on, and the fault is reported then.
+        // The site's clock may have been learned (or moved) since the event was armed.
         const auto& e = rt->schedule[k];
-        const double late = e.kind == ChaosEvent::partition
-                                ? rt->t0.load() + e.at_s + rt->links.clock_offset(e.site) - detail::now_s(self)
-                                : 0.0;
-        if (late > 0.0) self->delayed_send(self, detail::micros(late), chaos_late_atom::value, k);
+        const double late = e.kind == ChaosEvent::partition ? due_at(k) - detail::now_s(self) : 0.0;
+        if (late > 1e-3) self->delayed_send(self, detail::micros(late), chaos_late_atom::value, k);
         else fire(self, *rt, Fault::of(e), what);
         arm(k + 1);
       },
