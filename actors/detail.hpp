@@ -124,9 +124,6 @@ inline std::optional<Joining> admit_join(caf::event_based_actor* self, Runtime& 
   auto who = caf::actor_cast<caf::actor>(self->current_sender());
   if (!who)
     return refuse(self, rt, rt.syncer.refused, "syncer: join request of island " + std::to_string(id) + " without a sender", "no_sender"), std::nullopt;
-  // An island of a site process: that site's clock reads this much less than ours, and its
-  // partitions are moved here to match (SiteLinks::align).
-  if (req->run_s > 0.0) rt.links.align(id, now_s(self) - rt.t0.load() - req->run_s);
   return Joining{id, std::move(who), req->keeps_local};
 }
 

@@ -137,16 +137,20 @@ caf::behavior driver_actor(caf::event_based_actor* self, std::shared_ptr<Runtime
     const auto& e = rt->schedule[k];
     return rt->t0.load() + e.at_s + (e.kind == ChaosEvent::partition ? rt->links.clock_offset(e.site) : 0.0);
   };
-  // One timer at a time: the next event is armed when the previous one fired.
+  // One timer at a time: the next event is armed when the previous one fired, at its time on
+  // this process's clock or earlier for a partition of a site whose clock is ahead; a partition
+  // due later on its site's clock is put off when its timer comes (chaos_late_atom), so that it
+  // never holds back the events after it.
   auto arm = [self, rt, due_at](std::size_t k) {
     if (k >= rt->schedule.size()) return;
-    self->delayed_send(self, detail::micros(due_at(k) - detail::now_s(self)), chaos_atom::value, static_cast<std::uint64_t>(k));
+    const double at = std::min(rt->t0.load() + rt->schedule[k].at_s, due_at(k));
+    self->delayed_send(self, detail::micros(at - detail::now_s(self)), chaos_atom::value, static_cast<std::uint64_t>(k));
   };
   arm(0);
   return {
       [=](chaos_atom, std::uint64_t k) {
         if (rt->all_done()) return;  // the run is over
-        // The site's clock may have been learned (or moved) since the event was armed.
+        // The site's clock may also have been learned (or moved) since the event was armed.
         const auto& e = rt->schedule[k];
         const double late = e.kind == ChaosEvent::partition ? due_at(k) - detail::now_s(self) : 0.0;
         if (late > 1e-3) self->delayed_send(self, detail::micros(late), chaos_late_atom::value, k);

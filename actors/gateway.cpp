@@ -68,7 +68,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
     rt->emit(Event::refused(detail::now_s(self), "site " + name + "'s session: " + why, "relay"));
   };
   // The island a frame speaks for, if its sender is the site's process and the island is the site's.
-  auto admit = [self, mine, peer, name, refuse](const WireFrame& w, MessageType want) -> int {
+  auto admit = [self, mine, peer, name, refuse](const WireFrame& w, MessageType want, SiteFrame* out = nullptr) -> int {
     auto from = self->current_sender();
     if (!from || from->node() != peer) {
       refuse("sender is not on site " + name + "'s node");
@@ -79,6 +79,7 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
       refuse(f.error().message());
       return -1;
     }
+    if (out) *out = *f;
     return f->island;
   };
   auto close = [self, rt, name, mine, log](const std::string& why, caf::sec code) {
@@ -107,10 +108,15 @@ caf::behavior relay_actor(caf::stateful_actor<RelayState>* self, std::shared_ptr
   self->delayed_send(self, ms(rt->cfg.net.heartbeat_ms), pulse_atom::value);
   return {
       [=](join_atom a, WireFrame& w) {
-        const int i = admit(w, MessageType::join_request);
+        SiteFrame f;
+        const int i = admit(w, MessageType::join_request, &f);
         if (i < 0) return;
         auto& st = self->state;
         const double now = detail::now_s(self);
+        // Where the site's clock stands as its join arrives, before any hold below: the syncer's
+        // end of the site's partitions follows that clock (SiteLinks::align).
+        if (const double run_s = std::get<JoinRequest>(f.message).run_s; run_s > 0.0)
+          rt->links.align(i, now - rt->t0.load() - run_s);
         auto got = st.joins.arrive(i, now, {self->current_sender(), std::move(w)});
         if (got.pass) {
           st.joined[i] = caf::actor_cast<caf::actor_addr>(self->current_sender());

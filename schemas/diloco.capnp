@@ -76,9 +76,10 @@ struct JoinRequest {
                              # come back in the reply's fragments) and refuses its older epochs'
                              # sends still on their way
   runSeconds @3 :Float64;    # a site process's run time (seconds since its start) when the request
-                             # reaches the syncer over the emulated link: the syncer plays the
-                             # partitions of the island's site on that site's clock. 0: the same
-                             # process (or a peer that does not say), nothing to align
+                             # reaches the syncer's process (its relay) over the emulated link: the
+                             # syncer plays the partitions of the island's site on that site's
+                             # clock. 0: the same process (or a peer that does not say), nothing
+                             # to align
 }
 
 # The syncer's answer: every global fragment with its round (kind = globalParams).

@@ -84,8 +84,9 @@ struct JoinRequest {
   /// Keeps its parameters through the heal (a re-join, or restored from a saved state): its
   /// progress goes out again from the new base (SyncerCore::join_reply).
   bool keeps_local = false;
-  /// A site process's run time (seconds since its start) when the request reaches the syncer:
-  /// the syncer plays the partitions of the island's site on that site's clock (SiteLinks::align).
+  /// A site process's run time (seconds since its start) when the request reaches the syncer's
+  /// process: the syncer plays the partitions of the island's site on that site's clock (the
+  /// relay's SiteLinks::align).
   /// 0: the same process, nothing to align. Finite and in [0, kMaxRunSeconds] or refused.
   double run_s = 0.0;
 };

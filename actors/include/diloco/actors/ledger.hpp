@@ -120,7 +120,7 @@ private:
 };
 
 /// Frames a process's gateway (sessions it refused), its connectors and each site's relay refused, and which
-/// sites the gateway told that the run is over: each field written by its own actor.
+/// sites the gateway told that the run is over: each field written by its own kind of actor.
 struct GatewayRecord {
   /// Sessions are numbered by site: the configuration's `sites`, then one number per island for
   /// the joiners (a joiner's number is the config's count plus its first island).
