@@ -135,12 +135,28 @@ caf::behavior driver_actor(caf::event_based_actor* self, std::shared_ptr<Runtime
   // and the fault is reported then.
   auto due_at = [rt](std::size_t k) {
     const auto& e = rt->schedule[k];
-    return rt->t0.load() + e.at_s + (e.kind == ChaosEvent::partition ? rt->links.clock_offset(e.site) : 0.0);
+    return rt->t0.load() + e.at_s + (e.kind == ChaosEvent::partition ? rt->links.clock_offset(e.site).value_or(0.0) : 0.0);
+  };
+  // A partition of a site in another process whose clock the syncer does not know yet (it has
+  // not joined): when it falls is unknown until it joins.
+  auto clock_unknown = [rt, what](const ChaosEvent& e) {
+    if (e.kind != ChaosEvent::partition || !what.syncer || rt->links.clock_offset(e.site)) return false;
+    for (int i = 0; i < rt->cfg.train.islands; ++i)
+      if (site_of(rt->cfg, i) == e.site && runs_island(what, i)) return false;  // a site of this process
+    return true;
+  };
+  // Event k now, or put off (chaos_late_atom) until its site's clock says or is known.
+  auto play = [self, rt, what, due_at, clock_unknown](std::size_t k) {
+    if (rt->all_done()) return;  // the run is over
+    const auto& e = rt->schedule[k];
+    const double late = clock_unknown(e) ? 0.1 : e.kind == ChaosEvent::partition ? due_at(k) - detail::now_s(self) : 0.0;
+    if (late > 1e-3) self->delayed_send(self, detail::micros(late), chaos_late_atom::value, static_cast<std::uint64_t>(k));
+    else fire(self, *rt, Fault::of(e), what);
   };
   // One timer at a time: the next event is armed when the previous one fired, at its time on
   // this process's clock or earlier for a partition of a site whose clock is ahead; a partition
-  // due later on its site's clock is put off when its timer comes (chaos_late_atom), so that it
-  // never holds back the events after it.
+  // due later on its site's clock is put off when its timer comes (play), so that it never holds
+  // back the events after it.
   auto arm = [self, rt, due_at](std::size_t k) {
     if (k >= rt->schedule.size()) return;
     const double at = std::min(rt->t0.load() + rt->schedule[k].at_s, due_at(k));
@@ -150,16 +166,10 @@ caf::behavior driver_actor(caf::event_based_actor* self, std::shared_ptr<Runtime
   return {
       [=](chaos_atom, std::uint64_t k) {
         if (rt->all_done()) return;  // the run is over
-        // The site's clock may also have been learned (or moved) since the event was armed.
-        const auto& e = rt->schedule[k];
-        const double late = e.kind == ChaosEvent::partition ? due_at(k) - detail::now_s(self) : 0.0;
-        if (late > 1e-3) self->delayed_send(self, detail::micros(late), chaos_late_atom::value, k);
-        else fire(self, *rt, Fault::of(e), what);
+        play(k);
         arm(k + 1);
       },
-      [=](chaos_late_atom, std::uint64_t k) {
-        if (!rt->all_done()) fire(self, *rt, Fault::of(rt->schedule[k]), what);
-      },
+      [=](chaos_late_atom, std::uint64_t k) { play(k); },
   };
 }
 

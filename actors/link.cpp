@@ -62,8 +62,8 @@ void SiteLinks::align(int island, double offset_s) {
   l.down.shift_partitions(offset_s);
 }
 
-double SiteLinks::clock_offset(int site) const {
-  if (site < 0 || static_cast<std::size_t>(site) >= sites_.size()) return 0.0;
+std::optional<double> SiteLinks::clock_offset(int site) const {
+  if (site < 0 || static_cast<std::size_t>(site) >= sites_.size()) return std::nullopt;
   auto& l = *sites_[static_cast<std::size_t>(site)];
   std::lock_guard lk(l.mu);
   return l.offset;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,9 @@ public:
   /// The site's partitions, which its own process plays on its clock, are moved here to match,
   /// so that both ends of a cut link hold their frames over the same window.
   void align(int island, double offset_s);
-  /// How many seconds site `site`'s clock reads less than this process's (0 until align()).
-  double clock_offset(int site) const;
+  /// How many seconds site `site`'s clock reads less than this process's; nothing until align()
+  /// (a site of this process, or one in another process that has not joined yet).
+  std::optional<double> clock_offset(int site) const;
 
   /// What all links carried: bytes (retransmissions included) and retransmissions.
   struct Totals {
@@ -65,7 +67,7 @@ private:
   struct Site {
     std::mutex mu;
     WanLink up, down;
-    double offset = 0.0;  // align()
+    std::optional<double> offset;  // align()
     Site(LinkConfig u, LinkConfig d) : up(std::move(u)), down(std::move(d)) {}
   };
   const RunConfig& cfg_;
