@@ -40,6 +40,8 @@ struct IslandState {
   int incarnation = 0;
   std::uint64_t rebases = 0, mixes = 0, carries = 0;  // the core's adoptions already added to the island's record
   double step_started = 0.0;     // actor time the step in flight began (goodput)
+  bool holding = false;          // between steps, holding the next for a merge (IslandCore::hold_until)
+  double hold_timer = -1.0;      // the hold's end a step_atom is already on its way for
   std::shared_ptr<bool> live;    // joined and not dead: counted among the live islands
 };
 
@@ -190,6 +192,20 @@ void next_step(Self self) {
   auto& rt = *st.rt;
   if (rt.budget_spent(st.core->step()) || st.draining) return wind_down(self);  // e.g. restarted at the end
   if (rt.synchronous() && st.core->must_wait()) return;          // resumed by the broadcast
+  if (!rt.synchronous() && st.member.syncer && !st.member.join_inflight) {
+    // A bounded wait for a merge that is due (fragments.wait_steps): resumed by the broadcast
+    // that brings it, or by the timer at the hold's end.
+    const double now = detail::now_s(self);
+    if (const double until = st.core->hold_until(now); until > now) {
+      st.holding = true;
+      if (until != st.hold_timer) {
+        st.hold_timer = until;
+        self->delayed_send(self, detail::micros(until - now), step_atom::value);
+      }
+      return;
+    }
+  }
+  st.holding = false;
   self->become(stepping(self));
   st.step_started = run_time(self);
   // The island's batch of the step (train.batch windows), split among its chips; a dead chip's
@@ -253,7 +269,10 @@ void finish_step(Self self) {
   const bool stepped = st.core->step() > before;  // false: no chip answered
   // The chips' time on this step runs until the island's AdamW step is taken.
   const double step_s = run_time(self) - st.step_started;
-  if (stepped) detail::tell_meter(rt, GoodputFact::stepped(i, answered, step_s));
+  if (stepped) {
+    detail::tell_meter(rt, GoodputFact::stepped(i, answered, step_s));
+    st.core->step_took(step_s);
+  }
   after_step(self, stepped, loss, tokens, answered);
 }
 
@@ -342,7 +361,7 @@ caf::behavior training(Self self) {
       [=](const ChipResult&) {},  // of a step that is over
       [=](global_atom, const WireFrame& w) {
         take_broadcast(self, w, true);
-        if (self->state.rt->synchronous()) next_step(self);  // if it was waiting
+        if (self->state.rt->synchronous() || self->state.holding) next_step(self);  // if it was waiting
       },
       [=](drain_atom) {
         self->state.draining = true;
@@ -415,6 +434,7 @@ caf::behavior island_actor(Self self, std::shared_ptr<Runtime> rt, int i) {
   s.sync_every_s = c.train.sync_every_s;
   s.tau = rt->tau();
   s.alpha = rt->alpha();
+  s.wait_steps = c.fragments.wait_steps;
   s.adopt = c.fragments.adopt;
   s.islands = c.train.islands;
   s.codec = CodecParams{*parse_encoding(c.fragments.encoding), static_cast<std::uint32_t>(c.fragments.block_size)};

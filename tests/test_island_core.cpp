@@ -1,5 +1,6 @@
 // IslandCore without actors: token-weighted chip gradients, queued adoptions, healing from a
-// JoinReply, lossy broadcasts added up exactly, refused global deltas, and divergence reports.
+// JoinReply, lossy broadcasts added up exactly, refused global deltas, divergence reports, and
+// the bounded wait for a due merge.
 #define BOOST_TEST_MODULE island_core
 #include <boost/test/unit_test.hpp>
 
@@ -657,4 +658,57 @@ BOOST_AUTO_TEST_CASE(a_time_cadence_makes_islands_of_any_speed_sync_after_the_sa
   IslandCore core(t.layout, t.plan, by_steps, AdamWConfig{}, init);
   double clock = 0.0;
   BOOST_TEST(steps_until_due(1000.0, 0, core, clock) == 4);
+}
+
+BOOST_AUTO_TEST_CASE(a_bounded_wait_holds_the_next_step_for_a_due_merge_until_it_arrives_or_the_wait_runs_out) {
+  OneChip f(11);
+  auto& [t, g, init, grad, chip] = f;
+  SyncerCore s(t.plan, init, sgd_settings(2, 1));
+  IslandSettings is{0, SyncSchedule{4, 1}, 1, 0.25, CodecParams{}, true};
+  is.adopt = AdoptRule::carry;
+  is.wait_steps = 3.0;
+  IslandCore a(t.layout, t.plan, is, AdamWConfig{}, init);
+  a.heal(s.join_reply(0), false);
+  auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
+  auto commit = [&](const Frame& fr) {
+    BOOST_REQUIRE(s.receive(fr, 0.0));
+    BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+    BOOST_REQUIRE(a.adopt_frame(s.frame_for(0, 0).value()).value());
+  };
+  step();
+  const Frame mine = a.outer_gradient_frame(0).value();  // sent at step 1: its merge is due at 2
+  BOOST_TEST(std::isnan(a.hold_until(1.0)));  // no step time measured yet: never holds
+  a.step_took(std::numeric_limits<double>::quiet_NaN());  // ignored
+  a.step_took(0.01);
+  BOOST_TEST(a.step_time() == 0.01);
+  BOOST_TEST(std::isnan(a.hold_until(1.0)));  // step 1: not due before step 1 + τ
+  step();
+  BOOST_TEST(a.hold_until(1.0) == 1.0 + 3 * 0.01);  // due and missing: three steps of 10 ms
+  BOOST_TEST(a.hold_until(1.02) == 1.0 + 3 * 0.01);  // the wait counts from its first asking
+  // Another island's commit does not hold this island's send: still waiting.
+  commit(gaussian_frame(1, s.round(0), 64, g));
+  BOOST_TEST(!a.sends_settled(0));
+  BOOST_TEST(a.hold_until(1.025) == 1.0 + 3 * 0.01);
+  BOOST_TEST(std::isnan(a.hold_until(1.03)));  // ran out: the island goes on
+  step();
+  BOOST_TEST(std::isnan(a.hold_until(1.5)));  // and never waits for that send again
+  commit(mine);  // arrives late, merged all the same
+  BOOST_TEST(a.sends_settled(0));
+  BOOST_TEST(std::isnan(a.hold_until(2.0)));
+  // The next send: its merge arrives during the wait and ends it.
+  const Frame second = a.outer_gradient_frame(0).value();
+  step();
+  BOOST_TEST(a.hold_until(2.0) == 2.0 + 3 * 0.01);
+  commit(second);
+  BOOST_TEST(std::isnan(a.hold_until(2.01)));
+  // wait_steps = 0 (the default): an island never holds.
+  is.wait_steps = 0.0;
+  IslandCore b(t.layout, t.plan, is, AdamWConfig{}, init);
+  b.heal(s.join_reply(0), false);
+  b.step_took(0.01);
+  b.apply_gradient(std::span<const ChipGradient>(&chip, 1));
+  BOOST_REQUIRE(b.outer_gradient_frame(0));
+  b.apply_gradient(std::span<const ChipGradient>(&chip, 1));
+  b.apply_gradient(std::span<const ChipGradient>(&chip, 1));
+  BOOST_TEST(std::isnan(b.hold_until(3.0)));
 }

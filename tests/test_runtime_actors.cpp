@@ -1141,6 +1141,65 @@ BOOST_AUTO_TEST_CASE(a_leader_lost_at_any_point_of_a_commit_loses_no_round_islan
   }
 }
 
+// fragments.wait_steps on simulated time: an island holds its next step for a merge that is due
+// (its send τ steps old) until the merge arrives, at most wait_steps of its own step time. With a
+// wait long enough for the links, a run across them adopts every merge after the step a run
+// without links does, and commits the same rounds (to float rounding: the same run twice in one
+// process differs by as much), in more time. Without the wait the merges come steps later and
+// the run is another.
+BOOST_AUTO_TEST_CASE(a_bounded_wait_makes_a_run_across_links_adopt_at_the_steps_of_one_without) {
+  struct Seen {
+    std::vector<std::vector<float>> globals;  // after each commit
+    double last_step_at = 0.0;
+  };
+  auto run = [](bool wan, double wait) {
+    auto c = small_config(2, 1, 2);
+    c.train.steps = 32;
+    c.train.H = 8;
+    c.fragments.tau = 1;
+    c.fragments.alpha = 0.25;
+    c.fragments.adopt = AdoptRule::carry;
+    c.fragments.wait_steps = wait;
+    c.wan.enabled = wan;
+    c.wan.bandwidth_mbps = 100.0;
+    c.wan.latency_ms = 60.0;  // a merge comes back about three steps after the send
+    c.islands.chip_flops = 1e7;
+    Seen seen;
+    World w(c, [](Runtime& rt) { rt.simulated = true; });
+    w.hook = [&](const Event& e) {
+      if (e.kind == Event::Kind::commit) seen.globals.push_back(w.rt->syncer.global().first);
+    };
+    w.settle();
+    w.settle(false);
+    check_commits(w);
+    BOOST_TEST(w.rt->syncer.round() == 4u);  // 32 steps / H = 8, both islands in every commit
+    BOOST_TEST(w.of(Event::Kind::rejoin).empty());
+    seen.last_step_at = w.of(Event::Kind::step).back().at;
+    return seen;
+  };
+  const auto local = run(false, 0.0);
+  const auto waited = run(true, 1000.0);
+  const auto on = run(true, 0.0);
+  auto apart = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0.0;
+    for (std::size_t k = 0; k < a.size(); ++k) m = std::max(m, std::abs(double{a[k]} - double{b[k]}));
+    return m;
+  };
+  BOOST_REQUIRE_EQUAL(local.globals.size(), 4u);
+  BOOST_REQUIRE_EQUAL(waited.globals.size(), 4u);
+  BOOST_REQUIRE_EQUAL(on.globals.size(), 4u);
+  for (std::size_t r = 0; r < 4; ++r) {
+    BOOST_TEST_MESSAGE("round " << r + 1 << ": waiting " << apart(waited.globals[r], local.globals[r])
+                                << " from the run without links, not waiting " << apart(on.globals[r], local.globals[r]));
+    BOOST_TEST(apart(waited.globals[r], local.globals[r]) < 1e-5);
+  }
+  BOOST_TEST(apart(on.globals[3], local.globals[3]) > 1e-3);
+  BOOST_TEST_MESSAGE("last step at " << local.last_step_at << " s without links, " << waited.last_step_at
+                                     << " s across them waiting, " << on.last_step_at << " s not waiting");
+  BOOST_TEST(waited.last_step_at > on.last_step_at + 0.1);   // the waits took time
+  BOOST_TEST(on.last_step_at < local.last_step_at + 0.2);    // never waiting: only the first join's trip
+}
+
 // train.sync_every_s on simulated time (a step's time is the model's FLOPs over the chip's
 // FLOP/s and the island's speed): with H = 4 steps each island sends once per 4 of its own
 // steps, so the island at half speed sends half as often in time; with a period of 4 fast steps

@@ -150,6 +150,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"fragments", "count", &c.fragments.count, "P: fragments (streaming); diloco uses 1"},
       {"fragments", "plan", &c.fragments.plan, "\"strided\" (layer l to fragment l mod P) or \"balanced\""},
       {"fragments", "tau", &c.fragments.tau, "steps between sending a fragment and adopting its merge"},
+      {"fragments", "wait_steps", &c.fragments.wait_steps, "decoupled on actors: hold the next step up to this many inner steps for the merge of a send τ steps old (0: never wait)"},
       {"fragments", "alpha", &c.fragments.alpha, "local share when adopting: α·local + (1−α)·global; <0: 0.5 if tau>0 else 0"},
       {"fragments", "encoding", &c.fragments.encoding, "decoupled: outer gradients on the wire: fp32, bf16, int8, int4 or e3m0"},
       {"fragments", "broadcast_encoding", &c.fragments.broadcast_encoding, "actors: merged fragments on the wire: fp32 (exact) or bf16/int8/int4/e3m0 (their change, with error feedback)"},
@@ -852,6 +853,8 @@ std::vector<std::string> validate(const RunConfig& c, std::uint64_t memory_limit
   if (f.tau < 0 || (t.H >= 1 && f.tau >= t.H))
     e.push_back("fragments.tau: must be in [0, train.H) (got " + std::to_string(f.tau) + ")");
   if (!(f.alpha <= 1.0)) e.push_back("fragments.alpha: must be ≤ 1 (negative means automatic)");
+  if (!(f.wait_steps >= 0.0 && f.wait_steps <= 1e6))
+    e.push_back("fragments.wait_steps: must be in [0, 1e6] inner steps (got " + shown(f.wait_steps) + ")");
   if (auto enc = parse_encoding(f.encoding); !enc) {
     e.push_back("fragments.encoding: must be fp32, bf16, int8, int4 or e3m0 (got \"" + f.encoding + "\")");
   } else if (f.block_size < 1 || static_cast<std::uint32_t>(f.block_size) > max_block_size) {

@@ -42,6 +42,8 @@ IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, Isla
   sent_theta_.resize(P);
   awaiting_.assign(P, false);
   next_due_.assign(P, std::numeric_limits<double>::quiet_NaN());
+  wait_seq_.assign(P, 0);
+  wait_since_.assign(P, 0.0);
 }
 
 std::vector<float>& IslandCore::writable() {
@@ -383,6 +385,31 @@ bool IslandCore::must_wait() const {
   for (std::size_t p = 0; p < awaiting_.size(); ++p)
     if (awaiting_[p] && sent_at_[p] + settings_.tau <= step_) return true;
   return false;
+}
+
+void IslandCore::step_took(double seconds) {
+  if (!(seconds >= 0.0) || !std::isfinite(seconds)) return;
+  step_time_ = std::isnan(step_time_) ? seconds : 0.8 * step_time_ + 0.2 * seconds;
+}
+
+double IslandCore::hold_until(double now) {
+  double until = std::numeric_limits<double>::quiet_NaN();
+  if (!(settings_.wait_steps > 0.0) || !(step_time_ > 0.0)) return until;
+  for (std::size_t i = 0; i < sent_seq_.size(); ++i) {
+    const auto seq = sent_seq_[i];
+    // Only a send of this island's current epoch that it knows: after a restore the sends are
+    // unknown (kUnknownSends), after a heal there are none.
+    if (seq == 0 || seq == kUnknownSends || sent_at_[i] < 0 || sent_at_[i] + settings_.tau > step_ ||
+        sends_settled(static_cast<int>(i)))
+      continue;
+    if (wait_seq_[i] != seq) {
+      wait_seq_[i] = seq;
+      wait_since_[i] = now;
+    }
+    const double end = wait_since_[i] + settings_.wait_steps * step_time_;
+    if (now < end && !(until >= end)) until = end;
+  }
+  return until;
 }
 
 ProgressMessage IslandCore::progress() const {

@@ -77,6 +77,10 @@ struct FragmentConfig {
   int count = 1;                 // P; mode "diloco" always uses 1
   std::string plan = "strided";  // "strided" or "balanced"
   int tau = 0;                   // steps between sending a fragment and adopting the merge
+  double wait_steps = 0.0;       // decoupled on actors: an island holds its next step up to this
+                                 // many inner steps for a merge due (its send τ steps old) and
+                                 // not yet arrived, once per send (IslandSettings::wait_steps);
+                                 // 0: islands never wait
   double alpha = -1.0;           // θ_local ← α·θ_local + (1−α)·Θ; negative = 0.5 if tau > 0 else 0
   double effective_alpha() const { return alpha >= 0.0 ? alpha : (tau > 0 ? 0.5 : 0.0); }
   std::string encoding = "fp32"; // outer gradients on the wire: fp32, bf16, int8, int4, e3m0

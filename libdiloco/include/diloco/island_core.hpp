@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <ranges>
 #include <span>
@@ -74,6 +75,11 @@ struct IslandSettings {
   AdoptRule adopt = AdoptRule::mix;
   /// The run's islands (0: not known): the syncer's frames list merged sends of at most as many.
   int islands = 0;
+  /// > 0: a bounded wait (hold_until). When the last send of a fragment is τ steps old and its
+  /// merge has not arrived, the next step waits for it, up to this many of the island's inner
+  /// steps (its measured step time, step_took). A send the island waited for in vain is not
+  /// waited for again, so a dead syncer costs at most this once per fragment. 0: never wait.
+  double wait_steps = 0.0;
 };
 
 /// Solves "what does one island know and do" without any mailbox: the actor shell feeds it
@@ -184,6 +190,18 @@ public:
   /// and s + τ ≤ the current step (the reference adopts it at the end of step s + τ).
   bool must_wait() const;
 
+  /// The time a step of the island's chips took (seconds): an average of the last few steps
+  /// times the bounded wait (IslandSettings::wait_steps).
+  void step_took(double seconds);
+  /// The island's measured step time (NaN before its first step).
+  double step_time() const { return step_time_; }
+  /// Decoupled with IslandSettings::wait_steps > 0, at time `now` before a step: until when the
+  /// island holds that step for a merge it is due to adopt. Such a merge holds the island's last
+  /// send of a fragment, sent at least τ steps ago and not yet known merged (sends_settled). The
+  /// wait for a send starts the first time it is asked about and lasts wait_steps × step_time();
+  /// once past, that send holds nothing (the next send may). NaN: step now.
+  double hold_until(double now);
+
   std::uint64_t base_round(int p) const { return base_round_[static_cast<std::size_t>(p)]; }
   /// Θ_p of the base round: the global fragment the island holds (syncer's Θ̂_p).
   std::span<const float> global(int p) const { return global_[static_cast<std::size_t>(p)]; }
@@ -228,6 +246,9 @@ private:
   std::vector<std::vector<float>> sent_theta_;  // AdoptRule::carry: θ_p at its last send (empty: none)
   std::vector<bool> awaiting_;               // sent, and no newer round received since
   double now_ = 0.0;                         // the island's clock (set_time)
+  double step_time_ = std::numeric_limits<double>::quiet_NaN();  // step_took's average
+  std::vector<std::uint64_t> wait_seq_;      // hold_until: the send whose wait started (0: none)
+  std::vector<double> wait_since_;           // ... and when it started
   std::vector<double> next_due_;             // time cadence: when each fragment falls due next (NaN: before the first heal)
   std::vector<ErrorFeedbackEncoder> ef_;
   struct Adoption {
