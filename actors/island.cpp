@@ -41,6 +41,7 @@ struct IslandState {
   std::uint64_t rebases = 0, mixes = 0, carries = 0;  // the core's adoptions already added to the island's record
   double step_started = 0.0;     // actor time the step in flight began (goodput)
   bool holding = false;          // between steps, holding the next for a merge (IslandCore::hold_until)
+  double hold_started = 0.0;     // when the current hold began
   double hold_timer = -1.0;      // the hold's end a step_atom is already on its way for
   std::shared_ptr<bool> live;    // joined and not dead: counted among the live islands
 };
@@ -197,12 +198,19 @@ void next_step(Self self) {
     // that brings it, or by the timer at the hold's end.
     const double now = detail::now_s(self);
     if (const double until = st.core->hold_until(now); until > now) {
+      if (!st.holding) st.hold_started = now;
       st.holding = true;
       if (until != st.hold_timer) {
         st.hold_timer = until;
         self->delayed_send(self, detail::micros(until - now), step_atom::value);
       }
       return;
+    }
+    if (st.holding) {  // the hold is over: the merge came, or the wait ran out
+      auto& rec = rt.islands[static_cast<std::size_t>(st.island)];
+      rec.waits += 1;
+      rec.waited_us += static_cast<std::uint64_t>(std::max(0.0, now - st.hold_started) * 1e6);
+      if (now >= st.hold_timer) rec.wait_timeouts += 1;
     }
   }
   st.holding = false;

@@ -108,6 +108,9 @@ Tally Ledger::tally() const {
     t.rebased += r.rebased.load();
     t.mixed += r.mixed.load();
     t.carried += r.carried.load();
+    t.waits += r.waits.load();
+    t.wait_timeouts += r.wait_timeouts.load();
+    t.waited_s += static_cast<double>(r.waited_us.load()) * 1e-6;
   }
   for (const auto& island : chips)
     for (const auto& c : island) t.live_chips += c.starts.load() - c.ends.load();

@@ -273,6 +273,9 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
     std::printf("%llu mixed (%s)\n", static_cast<unsigned long long>(t.mixed),
                 carry ? "one it could not tell" : "a commit with the island's own send, or one it could not tell");
   }
+  if (cfg.fragments.wait_steps > 0.0)
+    std::printf("waits for a due merge: %llu, %.2f s in all (%llu ran out before it came)\n",
+                static_cast<unsigned long long>(t.waits), t.waited_s, static_cast<unsigned long long>(t.wait_timeouts));
   print_invariants(end.violations, diloco::actors::RunPart::whole_run);
   if (jsonl) {
     for (const auto& [at, what] : timeline.faults()) jsonl.write(Json{{"fault", what}, {"seconds", at}});
@@ -312,6 +315,9 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"adoptions_rebased", t.rebased},
                      {"adoptions_mixed", t.mixed},
                      {"adoptions_carried", t.carried},
+                     {"waits", t.waits},
+                     {"waited_s", t.waited_s},
+                     {"wait_timeouts", t.wait_timeouts},
                      {"invariant_violations", end.violations},
                      {"links", std::move(links)}});
   }

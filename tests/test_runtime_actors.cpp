@@ -1151,6 +1151,7 @@ BOOST_AUTO_TEST_CASE(a_bounded_wait_makes_a_run_across_links_adopt_at_the_steps_
   struct Seen {
     std::vector<std::vector<float>> globals;  // after each commit
     double last_step_at = 0.0;
+    Tally tally;
   };
   auto run = [](bool wan, double wait) {
     auto c = small_config(2, 1, 2);
@@ -1175,6 +1176,7 @@ BOOST_AUTO_TEST_CASE(a_bounded_wait_makes_a_run_across_links_adopt_at_the_steps_
     BOOST_TEST(w.rt->syncer.round() == 4u);  // 32 steps / H = 8, both islands in every commit
     BOOST_TEST(w.of(Event::Kind::rejoin).empty());
     seen.last_step_at = w.of(Event::Kind::step).back().at;
+    seen.tally = w.rt->tally();
     return seen;
   };
   const auto local = run(false, 0.0);
@@ -1198,6 +1200,11 @@ BOOST_AUTO_TEST_CASE(a_bounded_wait_makes_a_run_across_links_adopt_at_the_steps_
                                      << " s across them waiting, " << on.last_step_at << " s not waiting");
   BOOST_TEST(waited.last_step_at > on.last_step_at + 0.1);   // the waits took time
   BOOST_TEST(on.last_step_at < local.last_step_at + 0.2);    // never waiting: only the first join's trip
+  // The waits are counted: one per island and commit but the last (it comes after the budget).
+  BOOST_TEST(waited.tally.waits == 6u);
+  BOOST_TEST(waited.tally.wait_timeouts == 0u);
+  BOOST_TEST(waited.tally.waited_s > 0.1);
+  BOOST_TEST(on.tally.waits == 0u);
 }
 
 // train.sync_every_s on simulated time (a step's time is the model's FLOPs over the chip's

@@ -35,6 +35,9 @@ struct IslandRecord {
   std::atomic<std::uint64_t> rebased{0};    // adoptions applied as a rebase (fragments.adopt)
   std::atomic<std::uint64_t> mixed{0};      // adoptions applied as an α mix
   std::atomic<std::uint64_t> carried{0};    // applied as a mix of the sent θ carrying the progress since
+  std::atomic<std::uint64_t> waits{0};      // holds of a step for a due merge (fragments.wait_steps)
+  std::atomic<std::uint64_t> waited_us{0};  // ... their time in all, microseconds
+  std::atomic<std::uint64_t> wait_timeouts{0};  // ... of which ran out before the merge came
   std::atomic<int> incarnation{0};          // starts so far
   /// The incarnation that is joined and not dead (0: none): alive means joined.
   std::atomic<int> live{0};
@@ -169,6 +172,8 @@ struct Tally {
   std::uint64_t relayed = 0;        // frames the relays passed on to the syncer
   std::uint64_t commits = 0;
   std::uint64_t rebased = 0, mixed = 0, carried = 0;  // the islands' adoptions, by how they were applied
+  std::uint64_t waits = 0, wait_timeouts = 0;  // the islands' holds for a due merge, and those that ran out
+  double waited_s = 0.0;                       // ... their time in all
 };
 
 /// What happens in a run, and what the apps read: one record per writer (each island, each chip,
