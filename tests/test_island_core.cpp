@@ -692,7 +692,16 @@ BOOST_AUTO_TEST_CASE(a_bounded_wait_holds_the_next_step_for_a_due_merge_until_it
   BOOST_TEST(std::isnan(a.hold_until(1.03)));  // ran out: the island goes on
   step();
   BOOST_TEST(std::isnan(a.hold_until(1.5)));  // and never waits for that send again
-  commit(mine);  // arrives late, merged all the same
+  // Nor for the next one while the syncer has not answered: a syncer or link that stopped
+  // answering costs one wait, not one per send.
+  const Frame third = a.outer_gradient_frame(0).value();
+  step();
+  step();
+  BOOST_TEST(std::isnan(a.hold_until(1.6)));
+  commit(mine);  // arrives late, merged all the same; the send after it is still out
+  BOOST_TEST(!a.sends_settled(0));
+  BOOST_TEST(std::isnan(a.hold_until(1.7)));
+  commit(third);  // the syncer answers: the next due merge is waited for again
   BOOST_TEST(a.sends_settled(0));
   BOOST_TEST(std::isnan(a.hold_until(2.0)));
   // The next send: its merge arrives during the wait and ends it.

@@ -44,6 +44,7 @@ IslandCore::IslandCore(const ParamLayout& layout, const FragmentPlan& plan, Isla
   next_due_.assign(P, std::numeric_limits<double>::quiet_NaN());
   wait_seq_.assign(P, 0);
   wait_since_.assign(P, 0.0);
+  gave_up_.assign(P, false);
 }
 
 std::vector<float>& IslandCore::writable() {
@@ -291,6 +292,7 @@ void IslandCore::apply_ready() {
     ++(how == Take::rebase ? rebases_ : how == Take::carry ? carries_ : mixes_);
     // Only the island's current epoch counts: a frame from before its last heal reports another.
     if (it->merged_seq >> 32 == epoch_) merged_seq_[i] = std::max(merged_seq_[i], it->merged_seq);
+    if (sends_settled(it->p)) gave_up_[i] = false;  // the syncer answers again: a due merge is waited for
     global_[i] = std::move(it->values);
     base_round_[i] = it->round;
     it = queue_.erase(it);
@@ -332,6 +334,7 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     sent_seq_[i] = 0;
     merged_seq_[i] = 0;
     sent_theta_[i].clear();
+    gave_up_[i] = false;
     if (std::isnan(next_due_[i]))  // a time cadence starts at the first heal; later ones keep its phase
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();
@@ -399,7 +402,7 @@ double IslandCore::hold_until(double now) {
     const auto seq = sent_seq_[i];
     // Only a send of this island's current epoch that it knows: after a restore the sends are
     // unknown (kUnknownSends), after a heal there are none.
-    if (seq == 0 || seq == kUnknownSends || sent_at_[i] < 0 || sent_at_[i] + settings_.tau > step_ ||
+    if (gave_up_[i] || seq == 0 || seq == kUnknownSends || sent_at_[i] < 0 || sent_at_[i] + settings_.tau > step_ ||
         sends_settled(static_cast<int>(i)))
       continue;
     if (wait_seq_[i] != seq) {
@@ -407,7 +410,11 @@ double IslandCore::hold_until(double now) {
       wait_since_[i] = now;
     }
     const double end = wait_since_[i] + settings_.wait_steps * step_time_;
-    if (now < end && !(until >= end)) until = end;
+    if (now >= end) {
+      gave_up_[i] = true;  // until a merge of its sends comes (apply_ready) or a heal
+      continue;
+    }
+    if (!(until >= end)) until = end;
   }
   return until;
 }

@@ -77,8 +77,9 @@ struct IslandSettings {
   int islands = 0;
   /// > 0: a bounded wait (hold_until). When the last send of a fragment is τ steps old and its
   /// merge has not arrived, the next step waits for it, up to this many of the island's inner
-  /// steps (its measured step time, step_took). A send the island waited for in vain is not
-  /// waited for again, so a dead syncer costs at most this once per fragment. 0: never wait.
+  /// steps (its measured step time, step_took). Once a wait ran out, the fragment's merges are
+  /// not waited for again until one that settles its sends arrives (or a heal), so a syncer or
+  /// link that stopped answering costs at most one wait per fragment. 0: never wait.
   double wait_steps = 0.0;
 };
 
@@ -199,7 +200,8 @@ public:
   /// island holds that step for a merge it is due to adopt. Such a merge holds the island's last
   /// send of a fragment, sent at least τ steps ago and not yet known merged (sends_settled). The
   /// wait for a send starts the first time it is asked about and lasts wait_steps × step_time();
-  /// once past, that send holds nothing (the next send may). NaN: step now.
+  /// once past, the fragment holds nothing until a merge settles its sends (or a heal). NaN: step
+  /// now.
   double hold_until(double now);
 
   std::uint64_t base_round(int p) const { return base_round_[static_cast<std::size_t>(p)]; }
@@ -249,6 +251,7 @@ private:
   double step_time_ = std::numeric_limits<double>::quiet_NaN();  // step_took's average
   std::vector<std::uint64_t> wait_seq_;      // hold_until: the send whose wait started (0: none)
   std::vector<double> wait_since_;           // ... and when it started
+  std::vector<bool> gave_up_;                // a wait ran out: no more until a merge of the sends comes
   std::vector<double> next_due_;             // time cadence: when each fragment falls due next (NaN: before the first heal)
   std::vector<ErrorFeedbackEncoder> ef_;
   struct Adoption {
