@@ -4,8 +4,8 @@ the same model, data, token budget and emulated WAN links (one per site). The sc
 one ratio, R = time to send one fp32 model exchange on a link / time of one inner step (80 for 12B
 parameters over 3 Gbps, as the configs' comments derive), not by a bandwidth: the inner step
 takes what it takes on the machine at hand, so the benchmark first measures it (a short decoupled
-run without links, --calibrate steps) and sets every link's bandwidth so that R is --R. It
-reports R at the start and as the decoupled runs had it at the end, and exits 2 when the step
+run without links, --calibrate steps; the step as the islands time it) and sets every link's
+bandwidth so that R is --R. It reports R at the start and as the decoupled runs had it at the end, and exits 2 when the step
 drifted by more than --tolerance between the two (the figures would then describe another R).
 Reports wall-clock, eval loss of the global parameters, bytes on each link and the busiest second
 of each.
@@ -42,17 +42,16 @@ def run(diloco, config, sets, metrics, actors=False, init=None):
 
 
 def step_time(r, steps):
-    """Wall seconds per inner step between the first and the last round of run `r` (start-up,
-    the heal and the final sync left out), with `steps` inner steps per island in all."""
-    total = r["summary"]["tokens"]
-    # The last row may be the final sync's commit, which waited for the links: leave it out.
-    rows = [x for x in r["rounds"] if x["tokens"] < total]
-    if len(rows) < 2 or rows[-1]["tokens"] <= rows[0]["tokens"]:
-        # The whole run's seconds over its steps would count the start-up, the heal and the final
-        # sync as steps (a 200-step calibration, two rounds, came out 25-35% slower than the runs).
-        raise SystemExit(f"wan_speedup: a run of {steps} steps gave {len(rows)} global round(s) before its last, "
-                         "too few to time the inner step between two of them: give --calibrate at least 3 x H steps")
-    return (rows[-1]["seconds"] - rows[0]["seconds"]) / ((rows[-1]["tokens"] - rows[0]["tokens"]) / (total / steps))
+    """Wall seconds of one inner step in run `r` (`steps` inner steps per island), as the islands
+    time their steps: the goodput ledger's stepped chip-seconds (each step from handing it to
+    the chips to the island's AdamW step) over the steps taken, one chip per island. Start-up,
+    heals, the final sync and an island's waits for a merge (fragments.wait_steps) are not steps;
+    the run's seconds between rounds counted those waits as steps."""
+    s = r["summary"]
+    taken = sum(s.get("island_steps", []))
+    if not taken or not s.get("stepped_chip_s"):
+        raise SystemExit(f"wan_speedup: a run of {steps} steps reported no stepped chip time to time its inner step by")
+    return s["stepped_chip_s"] / taken
 
 
 def model_bytes_of(diloco, checkpoint):
@@ -87,7 +86,7 @@ def main():
     ap.add_argument("--R", type=float, default=80.0,
                     help="one fp32 model exchange on a link / one inner step: 80 for 3 Gbps, 120 for 2, 48 for 5")
     ap.add_argument("--calibrate", type=int, default=400,
-                    help="inner steps of the run that measures the step (at least 3 x H: timed between its rounds)")
+                    help="inner steps of the run that measures the step (as the islands time their steps)")
     ap.add_argument("--tolerance", type=float, default=0.25,
                     help="largest relative drift of the inner step between the calibration and the decoupled runs")
     ap.add_argument("--out", default=None, help="keep metrics files here")
