@@ -42,7 +42,9 @@ struct IslandState {
   double step_started = 0.0;     // actor time the step in flight began (goodput)
   bool holding = false;          // between steps, holding the next for a merge (IslandCore::hold_until)
   double hold_started = 0.0;     // when the current hold began
-  double hold_timer = -1.0;      // the hold's end a step_atom is already on its way for
+  bool hold_armed = false;       // a step_atom is on its way for the hold's end ...
+  double hold_timer = 0.0;       // ... at this time
+  std::uint64_t wait_timeouts = 0;  // the core's waits that ran out already added to the island's record
   std::shared_ptr<bool> live;    // joined and not dead: counted among the live islands
 };
 
@@ -59,6 +61,20 @@ void count_adoptions(Self self) {
   st.rebases = st.core->rebases();
   st.mixes = st.core->mixes();
   st.carries = st.core->carries();
+}
+
+/// A hold for a due merge is over (the merge came, the wait ran out, or the island winds down):
+/// it goes to the island's record.
+void end_hold(Self self) {
+  auto& st = self->state;
+  auto& rec = st.rt->islands[static_cast<std::size_t>(st.island)];
+  if (st.holding) {
+    rec.waits += 1;
+    rec.waited_us += static_cast<std::uint64_t>(std::max(0.0, detail::now_s(self) - st.hold_started) * 1e6);
+    st.holding = false;
+  }
+  rec.wait_timeouts += st.core->wait_timeouts() - st.wait_timeouts;
+  st.wait_timeouts = st.core->wait_timeouts();
 }
 
 // The phases, each a behaviour that names the messages it takes (defined further down).
@@ -191,7 +207,10 @@ void finish_step(Self self);
 void next_step(Self self) {
   auto& st = self->state;
   auto& rt = *st.rt;
-  if (rt.budget_spent(st.core->step()) || st.draining) return wind_down(self);  // e.g. restarted at the end
+  if (rt.budget_spent(st.core->step()) || st.draining) {  // e.g. restarted at the end
+    end_hold(self);
+    return wind_down(self);
+  }
   if (rt.synchronous() && st.core->must_wait()) return;          // resumed by the broadcast
   if (!rt.synchronous() && st.member.syncer && !st.member.join_inflight) {
     // A bounded wait for a merge that is due (fragments.wait_steps): resumed by the broadcast
@@ -200,20 +219,19 @@ void next_step(Self self) {
     if (const double until = st.core->hold_until(now); until > now) {
       if (!st.holding) st.hold_started = now;
       st.holding = true;
-      if (until != st.hold_timer) {
+      // A timer for the hold's end, unless one is on its way for it already (one armed for a
+      // time now past may have arrived while the island stepped, and been ignored). A timer may
+      // fire a hair before its time (microseconds rounded, a clock's nanoseconds as seconds):
+      // then it is armed again, never left unarmed while the island holds.
+      if (!st.hold_armed || until < st.hold_timer || st.hold_timer <= now) {
+        st.hold_armed = true;
         st.hold_timer = until;
         self->delayed_send(self, detail::micros(until - now), step_atom::value);
       }
       return;
     }
-    if (st.holding) {  // the hold is over: the merge came, or the wait ran out
-      auto& rec = rt.islands[static_cast<std::size_t>(st.island)];
-      rec.waits += 1;
-      rec.waited_us += static_cast<std::uint64_t>(std::max(0.0, now - st.hold_started) * 1e6);
-      if (now >= st.hold_timer) rec.wait_timeouts += 1;
-    }
   }
-  st.holding = false;
+  end_hold(self);
   self->become(stepping(self));
   st.step_started = run_time(self);
   // The island's batch of the step (train.batch windows), split among its chips; a dead chip's
@@ -365,7 +383,10 @@ caf::behavior training(Self self) {
       [=](welcome_atom, const WireFrame& w) {
         if (take_welcome(self, w, /*rejoin=*/true)) next_step(self);
       },
-      [=](step_atom) { next_step(self); },
+      [=](step_atom) {
+        self->state.hold_armed = false;  // a hold's timer (or a retry): the hold re-arms if it goes on
+        next_step(self);
+      },
       [=](const ChipResult&) {},  // of a step that is over
       [=](global_atom, const WireFrame& w) {
         take_broadcast(self, w, true);
@@ -373,6 +394,7 @@ caf::behavior training(Self self) {
       },
       [=](drain_atom) {
         self->state.draining = true;
+        end_hold(self);
         wind_down(self);
       },
   };

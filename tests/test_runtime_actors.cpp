@@ -1207,6 +1207,43 @@ BOOST_AUTO_TEST_CASE(a_bounded_wait_makes_a_run_across_links_adopt_at_the_steps_
   BOOST_TEST(on.tally.waits == 0u);
 }
 
+// A link cut for longer than the wait: the islands wait out one hold each for the merge that
+// cannot come, then train on without waiting again until the syncer answers (a merge of their
+// sends), and the run finishes with every step taken.
+BOOST_AUTO_TEST_CASE(a_wait_that_runs_out_lets_the_island_train_through_a_cut_link) {
+  auto c = small_config(2, 1, 2);
+  c.train.steps = 48;
+  c.train.H = 8;
+  c.fragments.tau = 1;
+  c.fragments.adopt = AdoptRule::carry;
+  c.fragments.wait_steps = 5;  // a fraction of the cut
+  c.wan.enabled = true;
+  c.wan.bandwidth_mbps = 100.0;
+  c.wan.latency_ms = 10.0;
+  c.islands.chip_flops = 1e7;
+  c.faults.push_back(timed_fault("partition", 0.4, 0.9));
+  c.faults.back().site = "island-0";
+  World w(c, [](Runtime& rt) { rt.simulated = true; });
+  w.settle();
+  w.settle(false);
+  check_commits(w);
+  const auto t = w.rt->tally();
+  BOOST_TEST_MESSAGE(t.waits << " waits, " << t.waited_s << " s, " << t.wait_timeouts << " ran out");
+  // Island 0 cannot get its merge, and island 1's commits need island 0 (K = 2): each runs
+  // out once, then steps on through the cut.
+  BOOST_TEST(t.wait_timeouts >= 1u);
+  BOOST_TEST(t.wait_timeouts <= 2u);
+  std::array<int, 2> inside{};
+  for (const auto& e : w.of(Event::Kind::step)) {
+    const double at = since_start(w, e);
+    if (at > 0.4 + 0.3 && at < 0.4 + 0.9) ++inside[static_cast<std::size_t>(e.island)];
+  }
+  BOOST_TEST(inside[0] >= 5);  // 0.6 s of the cut: it did not wait through it
+  BOOST_TEST(inside[1] >= 5);
+  BOOST_TEST(w.rt->islands[0].step.load() == 48);
+  BOOST_TEST(w.rt->islands[1].step.load() == 48);
+}
+
 // train.sync_every_s on simulated time (a step's time is the model's FLOPs over the chip's
 // FLOP/s and the island's speed): with H = 4 steps each island sends once per 4 of its own
 // steps, so the island at half speed sends half as often in time; with a period of 4 fast steps

@@ -412,6 +412,7 @@ double IslandCore::hold_until(double now) {
     const double end = wait_since_[i] + settings_.wait_steps * step_time_;
     if (now >= end) {
       gave_up_[i] = true;  // until a merge of its sends comes (apply_ready) or a heal
+      ++wait_timeouts_;
       continue;
     }
     if (!(until >= end)) until = end;

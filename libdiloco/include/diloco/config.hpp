@@ -79,7 +79,8 @@ struct FragmentConfig {
   int tau = 0;                   // steps between sending a fragment and adopting the merge
   double wait_steps = 0.0;       // decoupled on actors: an island holds its next step up to this
                                  // many inner steps for a merge due (its send τ steps old) and
-                                 // not yet arrived, once per send (IslandSettings::wait_steps);
+                                 // not yet arrived; after a wait that ran out, none for that
+                                 // fragment until a merge settles its sends (IslandSettings::wait_steps);
                                  // 0: islands never wait
   double alpha = -1.0;           // θ_local ← α·θ_local + (1−α)·Θ; negative = 0.5 if tau > 0 else 0
   double effective_alpha() const { return alpha >= 0.0 ? alpha : (tau > 0 ? 0.5 : 0.0); }

@@ -203,6 +203,8 @@ public:
   /// once past, the fragment holds nothing until a merge settles its sends (or a heal). NaN: step
   /// now.
   double hold_until(double now);
+  /// Waits that ran out (a fragment's, each time hold_until gave up on it) since the start.
+  std::uint64_t wait_timeouts() const { return wait_timeouts_; }
 
   std::uint64_t base_round(int p) const { return base_round_[static_cast<std::size_t>(p)]; }
   /// Θ_p of the base round: the global fragment the island holds (syncer's Θ̂_p).
@@ -252,6 +254,7 @@ private:
   std::vector<std::uint64_t> wait_seq_;      // hold_until: the send whose wait started (0: none)
   std::vector<double> wait_since_;           // ... and when it started
   std::vector<bool> gave_up_;                // a wait ran out: no more until a merge of the sends comes
+  std::uint64_t wait_timeouts_ = 0;
   std::vector<double> next_due_;             // time cadence: when each fragment falls due next (NaN: before the first heal)
   std::vector<ErrorFeedbackEncoder> ef_;
   struct Adoption {
