@@ -108,7 +108,7 @@ def main():
         print(f"shared start: ddp {a.pretrain} steps without WAN, eval loss {pre['final_eval_loss']:.4f}")
 
     # The inner step on this machine, as the decoupled leg will have it: the same islands and
-    # chips on the same cores, without links (islands never wait for a link in decoupled mode).
+    # chips on the same cores, without links (the step as the chips time it: waits are not steps).
     C = a.calibrate
     cal_ckpt = os.path.join(out, "calibration.safetensors")
     cal = diloco_runs.run(a.diloco, "scaled_decoupled.toml",
