@@ -391,7 +391,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         if (!pm) return;
         const int id = pm->island;
         const double now = detail::now_s(self);
-        st.core->heard(id, pm->local_step, now);
+        st.core->heard(id, pm->local_step, now, pm->step_seconds);
         note_heard(*rt, st, id);
         if (pm->diverged) return;  // the run stops (admit_progress)
         if (pm->finished) {

@@ -273,7 +273,7 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
     std::printf("%llu mixed (%s)\n", static_cast<unsigned long long>(t.mixed),
                 carry ? "one it could not tell" : "a commit with the island's own send, or one it could not tell");
   }
-  if (cfg.fragments.wait_steps > 0.0)
+  if (cfg.fragments.wait_steps > 0.0 && cfg.train.mode == diloco::TrainMode::decoupled)  // others never hold
     std::printf("waits for a due merge: %llu, %.2f s in all (%llu ran out before it came)\n",
                 static_cast<unsigned long long>(t.waits), t.waited_s, static_cast<unsigned long long>(t.wait_timeouts));
   print_invariants(end.violations, diloco::actors::RunPart::whole_run);
@@ -290,9 +290,12 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                            {"bandwidth_mbps", l.bandwidth_Bps * 8e-6}});
     std::vector<long> island_steps;  // how far each island got (faster islands further under a token budget)
     for (const auto& rec : rt.islands) island_steps.push_back(rec.step.load());
+    std::vector<int> island_chips;  // chips each island was configured with (stepped_chip_s counts chip-seconds)
+    for (int i = 0; i < cfg.train.islands; ++i) island_chips.push_back(cfg.islands.chips_of(i));
     jsonl.write(Json{{"summary", true},
                      {"mode", name_of(cfg.train.mode)},
                      {"island_steps", island_steps},
+                     {"island_chips", island_chips},
                      {"final_eval_loss", end.eval.loss},
                      {"final_eval_std_error", end.eval.std_error},
                      {"seconds", end.seconds},

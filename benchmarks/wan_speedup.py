@@ -44,11 +44,14 @@ def run(diloco, config, sets, metrics, actors=False, init=None):
 def step_time(r, steps):
     """Wall seconds of one inner step in run `r` (`steps` inner steps per island), as the islands
     time their steps: the goodput ledger's stepped chip-seconds (each step from handing it to
-    the chips to the island's AdamW step) over the steps taken, one chip per island. Start-up,
-    heals, the final sync and an island's waits for a merge (fragments.wait_steps) are not steps;
-    the run's seconds between rounds counted those waits as steps."""
+    the chips to the island's AdamW step, once per chip) over the chip-steps taken (each island's
+    steps times its chips). Start-up, heals, the final sync and an island's waits for a merge
+    (fragments.wait_steps) are not steps; the run's seconds between rounds counted those waits as
+    steps."""
     s = r["summary"]
-    taken = sum(s.get("island_steps", []))
+    island_steps = s.get("island_steps", [])
+    chips = s.get("island_chips") or [1] * len(island_steps)  # an older binary: one chip per island
+    taken = sum(n * c for n, c in zip(island_steps, chips))
     if not taken or not s.get("stepped_chip_s"):
         raise SystemExit(f"wan_speedup: a run of {steps} steps reported no stepped chip time to time its inner step by")
     return s["stepped_chip_s"] / taken

@@ -64,6 +64,9 @@ struct Progress {
   fragments @2 :List(FragmentCounters);
   finished @3 :Bool;         # trained its budget and flushed: sends no more outer gradients
   diverged @4 :Bool;         # its state holds NaN or infinity: the run cannot go on
+  stepSeconds @5 :Float64;   # the island's own inner step time (an average of its chips' steps,
+                             # waits for a merge left out); 0: not measured yet (or an older
+                             # peer), then the syncer times the steps between reports
 }
 
 # A (re)started island asks for the current global fragments (heal).

@@ -678,9 +678,11 @@ BOOST_AUTO_TEST_CASE(a_bounded_wait_holds_the_next_step_for_a_due_merge_until_it
   step();
   const Frame mine = a.outer_gradient_frame(0).value();  // sent at step 1: its merge is due at 2
   BOOST_TEST(std::isnan(a.hold_until(1.0)));  // no step time measured yet: never holds
+  BOOST_TEST(a.progress().step_seconds == 0.0);  // nor any reported to the syncer
   a.step_took(std::numeric_limits<double>::quiet_NaN());  // ignored
   a.step_took(0.01);
   BOOST_TEST(a.step_time() == 0.01);
+  BOOST_TEST(a.progress().step_seconds == 0.01);  // the syncer's grace windows count in it
   BOOST_TEST(std::isnan(a.hold_until(1.0)));  // step 1: not due before step 1 + τ
   step();
   BOOST_TEST(a.hold_until(1.0) == 1.0 + 3 * 0.01);  // due and missing: three steps of 10 ms

@@ -131,6 +131,28 @@ BOOST_AUTO_TEST_CASE(a_grace_window_in_steps_follows_the_reported_step_time_and_
   BOOST_TEST(s.poll(3.31).size() == 1u);
 }
 
+// An island that held its steps for a merge reports its own step time: the syncer takes it, not
+// the time between its reports, so the waits do not stretch a window counted in steps.
+BOOST_AUTO_TEST_CASE(a_reported_step_time_leaves_the_islands_waits_out_of_the_grace_window) {
+  Tiny t;
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(3, 1, "steps");
+  cfg.quorum.grace_steps = 30;
+  SyncerCore timed(t.plan, init, cfg), told(t.plan, init, cfg);
+  // 10 steps of 10 ms, then a step after a wait of 90 ms: 100 ms between the last two reports.
+  for (int k = 0; k <= 11; ++k) {
+    const double at = k <= 10 ? 0.01 * k : 0.2;
+    timed.heard(0, static_cast<std::uint64_t>(k), at);
+    told.heard(0, static_cast<std::uint64_t>(k), at, 0.01);
+  }
+  BOOST_TEST(told.step_time() == 0.01, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(timed.step_time() == 0.9 * 0.01 + 0.1 * 0.1, boost::test_tools::tolerance(1e-9));  // the wait as a step
+  told.set_live_islands(3);
+  BOOST_REQUIRE(told.receive(delta_frame(1, 0, 1.0f), 3.0));
+  BOOST_TEST(told.poll(3.0).empty());
+  BOOST_TEST(told.next_deadline(3.0) == 3.3, boost::test_tools::tolerance(1e-9));  // 30 steps of 10 ms
+}
+
 BOOST_AUTO_TEST_CASE(straggler_inside_grace_is_merged) {
   Tiny t;
   std::vector<float> init(4, 0.0f);

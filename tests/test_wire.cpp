@@ -481,6 +481,31 @@ BOOST_AUTO_TEST_CASE(a_join_request_with_an_absurd_run_time_is_refused) {
   BOOST_TEST(decode_message(encode_message(JoinRequest{1, 0, false, kMaxRunSeconds})).has_value());
 }
 
+// A report's step time sizes the syncer's grace windows (StepClock): NaN, infinity, a negative
+// time or one past kMaxRunSeconds would make them nothing or for ever.
+BOOST_AUTO_TEST_CASE(progress_with_an_absurd_step_time_is_refused) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  auto with = [](double s) {
+    ProgressMessage p{1, 20, {}};
+    p.step_seconds = s;
+    return decode_message(encode_message(Message(p)));
+  };
+  for (double bad : {nan, inf, -inf}) {
+    auto d = with(bad);
+    BOOST_TEST_REQUIRE(!d.has_value());
+    BOOST_TEST(to_string(d.error().code) == to_string(errc::non_finite));
+  }
+  for (double bad : {-0.001, 2 * kMaxRunSeconds}) {
+    auto d = with(bad);
+    BOOST_TEST_REQUIRE(!d.has_value());
+    BOOST_TEST(to_string(d.error().code) == to_string(errc::out_of_bounds));
+    BOOST_TEST_MESSAGE(d.error().message());
+  }
+  auto fine = with(0.0125);
+  BOOST_TEST_REQUIRE(fine.has_value());
+  BOOST_TEST(std::get<ProgressMessage>(*fine).step_seconds == 0.0125);
+}
+
 BOOST_AUTO_TEST_CASE(progress_with_more_fragments_than_the_limit_is_refused) {
   ProgressMessage p{1, 2, std::vector<FragmentCounters>(50)};
   WireLimits l;

@@ -60,7 +60,9 @@ std::string describe_message(const Message& m, std::size_t frame_bytes) {
           describe_fragment(o, msg, "  ");
         } else if constexpr (std::is_same_v<T, ProgressMessage>) {
           o << "  island " << msg.island << ", local step " << msg.local_step << ", " << msg.fragments.size()
-            << " fragment counters\n";
+            << " fragment counters";
+          if (msg.step_seconds > 0.0) o << ", " << msg.step_seconds * 1e3 << " ms a step";
+          o << "\n";
           for (const auto& c : msg.fragments)
             o << "    fragment " << c.index << ": round " << c.base_round << ", tokens " << c.tokens << ", steps "
               << c.steps << "\n";

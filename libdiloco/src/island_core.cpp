@@ -424,6 +424,7 @@ ProgressMessage IslandCore::progress() const {
   ProgressMessage m;
   m.island = settings_.island;
   m.local_step = static_cast<std::uint64_t>(step_);
+  m.step_seconds = std::isnan(step_time_) ? 0.0 : step_time_;
   for (std::size_t p = 0; p < base_round_.size(); ++p)
     m.fragments.push_back({static_cast<std::uint32_t>(p), base_round_[p], tokens_[p], steps_[p]});
   return m;

@@ -115,12 +115,14 @@ void NormClip::record(int island, double norm) {
   last_[island] = norm;
 }
 
-void StepClock::heard(int island, std::uint64_t step, double now) {
+void StepClock::heard(int island, std::uint64_t step, double now, double measured) {
   const auto it = last_.find(island);
-  if (it != last_.end() && step > it->second.step && now > it->second.at) {
-    const double per_step = (now - it->second.at) / static_cast<double>(step - it->second.step);
-    t_step_ = t_step_ == 0.0 ? per_step : 0.9 * t_step_ + 0.1 * per_step;
-  }
+  double per_step = 0.0;
+  if (measured > 0.0 && std::isfinite(measured))
+    per_step = measured;
+  else if (it != last_.end() && step > it->second.step && now > it->second.at)
+    per_step = (now - it->second.at) / static_cast<double>(step - it->second.step);
+  if (per_step > 0.0) t_step_ = t_step_ == 0.0 ? per_step : 0.9 * t_step_ + 0.1 * per_step;
   last_[island] = {step, now};
 }
 

@@ -217,11 +217,11 @@ void SyncerCore::finish(int island, bool finished) {
   ++finish_changes_;
 }
 
-void SyncerCore::heard(int island, std::uint64_t step, double now) {
+void SyncerCore::heard(int island, std::uint64_t step, double now, double step_seconds) {
   if (island < 0 || island >= settings_.islands) return;
   auto& s = last_step_[static_cast<std::size_t>(island)];
   s = std::max(s, step);
-  clock_.heard(island, step, now);
+  clock_.heard(island, step, now, step_seconds);
   for (auto& r : state_) r.t_step = clock_.t_step();
 }
 

@@ -29,16 +29,22 @@ WanLink::WanLink(LinkConfig cfg) : cfg_(std::move(cfg)), rng_(cfg_.seed) {
   if (auto e = validate(cfg_); !e.empty()) throw std::invalid_argument(e.front());
 }
 
-std::optional<Partition> WanLink::partition_at(double t) const {
-  for (const auto& p : cfg_.partitions)
-    if (t >= p.start_s + shift_ && t < p.end_s + shift_) return Partition{p.start_s + shift_, p.end_s + shift_};
+namespace {
+// The first of `partitions`, moved by `shift` seconds, for which `pick` holds.
+template <class Pick>
+std::optional<Partition> first_shifted(const std::vector<Partition>& partitions, double shift, Pick pick) {
+  for (const auto& p : partitions)
+    if (const Partition q{p.start_s + shift, p.end_s + shift}; pick(q)) return q;
   return std::nullopt;
+}
+}  // namespace
+
+std::optional<Partition> WanLink::partition_at(double t) const {
+  return first_shifted(cfg_.partitions, shift_, [t](const Partition& q) { return t >= q.start_s && t < q.end_s; });
 }
 
 std::optional<Partition> WanLink::partition_starting_in(double from, double to) const {
-  for (const auto& p : cfg_.partitions)
-    if (p.start_s + shift_ > from && p.start_s + shift_ < to) return Partition{p.start_s + shift_, p.end_s + shift_};
-  return std::nullopt;
+  return first_shifted(cfg_.partitions, shift_, [=](const Partition& q) { return q.start_s > from && q.start_s < to; });
 }
 
 bool WanLink::partitioned(double t) const { return partition_at(t).has_value(); }

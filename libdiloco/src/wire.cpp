@@ -30,6 +30,7 @@ constexpr std::size_t kSmallMessageBytes = 512;   // any message's fixed part, w
 constexpr std::uint64_t kPeekTraversalWords = 64; // enough for the envelope of any version
 
 std::string num(std::uint64_t x) { return std::to_string(x); }
+const std::string kRunSecondsBound = "outside [0, " + num(static_cast<std::uint64_t>(kMaxRunSeconds)) + "]";
 
 // A MessageBuilder whose first segment is the tail of the output frame, so a message that fits
 // its size estimate is built in place: the frame is the 8-byte segment table plus that segment.
@@ -299,6 +300,13 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       m.local_step = p.getLocalStep();
       m.finished = p.getFinished();
       m.diverged = p.getDiverged();
+      m.step_seconds = p.getStepSeconds();
+      if (!std::isfinite(m.step_seconds))
+        return Error{errc::non_finite, "progress of island " + std::to_string(m.island) + " carries step time " +
+                                           std::to_string(m.step_seconds)};
+      if (m.step_seconds < 0.0 || m.step_seconds > kMaxRunSeconds)
+        return Error{errc::out_of_bounds, "progress of island " + std::to_string(m.island) + " carries step time " +
+                                              std::to_string(m.step_seconds) + " s, " + kRunSecondsBound};
       auto list = p.getFragments();
       if (list.size() > limits.max_fragments)
         return Error{errc::wrong_length, "progress reports " + num(list.size()) + " fragments, limit " + num(limits.max_fragments)};
@@ -317,7 +325,7 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
         return Error{errc::non_finite, "join request of island " + std::to_string(j.getIsland()) + " carries run time " + std::to_string(run_s)};
       if (run_s < 0.0 || run_s > kMaxRunSeconds)
         return Error{errc::out_of_bounds, "join request of island " + std::to_string(j.getIsland()) + " carries run time " +
-                                              std::to_string(run_s) + " s, outside [0, 1e9]"};
+                                              std::to_string(run_s) + " s, " + kRunSecondsBound};
       return Message(JoinRequest{j.getIsland(), j.getIncarnation(), j.getKeepsLocal(), run_s});
     }
     case MessageType::join_reply: {
@@ -432,6 +440,7 @@ Frame encode_message(const Message& m, std::uint64_t term) {
           p.setLocalStep(msg.local_step);
           p.setFinished(msg.finished);
           p.setDiverged(msg.diverged);
+          p.setStepSeconds(msg.step_seconds);
           auto list = p.initFragments(static_cast<unsigned>(msg.fragments.size()));
           for (unsigned i = 0; i < msg.fragments.size(); ++i) {
             list[i].setIndex(msg.fragments[i].index);

@@ -90,7 +90,7 @@ inline void apply_site_frame(const SiteRun& run, SyncerCore& core, int path, std
     case MessageType::progress: {
       const auto& pm = std::get<ProgressMessage>(f->message);
       const auto before = core.last_step(pm.island);
-      core.heard(pm.island, pm.local_step, now);
+      core.heard(pm.island, pm.local_step, now, pm.step_seconds);
       if (core.last_step(pm.island) != std::max(before, pm.local_step)) __builtin_trap();
       if (!(core.step_time() >= 0.0) || !std::isfinite(core.step_time())) __builtin_trap();
       if (pm.finished) core.finish(pm.island, true);
