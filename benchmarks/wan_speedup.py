@@ -51,6 +51,9 @@ def step_time(r, steps):
     s = r["summary"]
     island_steps = s.get("island_steps", [])
     chips = s.get("island_chips") or [1] * len(island_steps)  # an older binary: one chip per island
+    if len(chips) != len(island_steps):
+        raise SystemExit(f"wan_speedup: the summary has {len(island_steps)} islands' steps but {len(chips)} chip counts")
+    # Chips that died answer no step and count no chip-seconds: with faults this reads too short.
     taken = sum(n * c for n, c in zip(island_steps, chips))
     if not taken or not s.get("stepped_chip_s"):
         raise SystemExit(f"wan_speedup: a run of {steps} steps reported no stepped chip time to time its inner step by")

@@ -64,9 +64,10 @@ struct Progress {
   fragments @2 :List(FragmentCounters);
   finished @3 :Bool;         # trained its budget and flushed: sends no more outer gradients
   diverged @4 :Bool;         # its state holds NaN or infinity: the run cannot go on
-  stepSeconds @5 :Float64;   # the island's own inner step time (an average of its chips' steps,
-                             # waits for a merge left out); 0: not measured yet (or an older
-                             # peer), then the syncer times the steps between reports
+  stepSeconds @5 :Float64;   # the island's own inner step time (a running average of its wall
+                             # time per step on its chips, its waits for a merge and its sends
+                             # left out); 0: not measured yet (or an older peer). The syncer
+                             # takes it where shorter than the time between two reports
 }
 
 # A (re)started island asks for the current global fragments (heal).

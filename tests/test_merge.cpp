@@ -1,5 +1,6 @@
 // Merge policy: weights, staleness, RDA, and quorum + grace decisions for scripted arrivals.
 #define BOOST_TEST_MODULE merge
+#include <limits>
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -295,4 +296,30 @@ BOOST_AUTO_TEST_CASE(step_clock_counts_seconds_per_step_and_not_the_time_an_isla
   naive.heard(0, 16, 1.12);
   naive.heard(0, 17, 3.20);
   BOOST_TEST(naive.t_step() > 2.0);
+}
+
+// An island's own measure of its step leaves out its waits for a merge, which the time between
+// its reports holds; it only ever shortens that time, so an absurd measure moves nothing.
+BOOST_AUTO_TEST_CASE(step_clock_takes_an_islands_own_measure_only_where_it_is_shorter) {
+  StepClock clock;
+  clock.heard(0, 10, 1.00, 0.01);  // a first report marks, measure or not
+  BOOST_TEST(clock.t_step() == 0.0);
+  clock.heard(0, 11, 1.10, 0.01);  // 100 ms between the reports, 90 of them waiting for a merge
+  BOOST_TEST(clock.t_step() == 0.01, boost::test_tools::tolerance(1e-12));
+  clock.heard(0, 12, 1.12, 0.5);  // a measure longer than the reports show: the reports' 20 ms
+  BOOST_TEST(clock.t_step() == 0.9 * 0.01 + 0.1 * 0.02, boost::test_tools::tolerance(1e-12));
+  const double before = clock.t_step();
+  clock.heard(0, 13, 1.13, 1e9);  // an absurd one moves it no further than the reports do
+  BOOST_TEST(clock.t_step() == 0.9 * before + 0.1 * 0.01, boost::test_tools::tolerance(1e-12));
+  const double after = clock.t_step();
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), -1.0, 0.0}) {  // no measure: the reports
+    StepClock c = clock;
+    c.heard(0, 14, 1.15, bad);
+    BOOST_TEST(c.t_step() == 0.9 * after + 0.1 * 0.02, boost::test_tools::tolerance(1e-12));
+  }
+  clock.heard(0, 14, 1.15, 0.02);  // stood still or after a join, a measure is a mark as well
+  clock.forget(0);
+  clock.heard(0, 20, 5.0, 0.01);
+  clock.heard(0, 20, 5.1, 0.01);
+  BOOST_TEST(clock.t_step() == 0.9 * after + 0.1 * 0.02, boost::test_tools::tolerance(1e-12));
 }

@@ -504,6 +504,8 @@ BOOST_AUTO_TEST_CASE(progress_with_an_absurd_step_time_is_refused) {
   auto fine = with(0.0125);
   BOOST_TEST_REQUIRE(fine.has_value());
   BOOST_TEST(std::get<ProgressMessage>(*fine).step_seconds == 0.0125);
+  BOOST_TEST(with(kMaxRunSeconds).has_value());  // the bound itself decodes (the clock caps it)
+  BOOST_TEST(with(0.0).has_value());             // not measured yet
 }
 
 BOOST_AUTO_TEST_CASE(progress_with_more_fragments_than_the_limit_is_refused) {

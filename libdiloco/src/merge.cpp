@@ -117,12 +117,14 @@ void NormClip::record(int island, double norm) {
 
 void StepClock::heard(int island, std::uint64_t step, double now, double measured) {
   const auto it = last_.find(island);
-  double per_step = 0.0;
-  if (measured > 0.0 && std::isfinite(measured))
-    per_step = measured;
-  else if (it != last_.end() && step > it->second.step && now > it->second.at)
-    per_step = (now - it->second.at) / static_cast<double>(step - it->second.step);
-  if (per_step > 0.0) t_step_ = t_step_ == 0.0 ? per_step : 0.9 * t_step_ + 0.1 * per_step;
+  if (it != last_.end() && step > it->second.step && now > it->second.at) {
+    double per_step = (now - it->second.at) / static_cast<double>(step - it->second.step);
+    // The island's own measure leaves its waits out, and waits only lengthen the time between
+    // reports: a measure longer than that is not believed (one report of 1e9 s would otherwise
+    // hold every window open for hundreds of reports).
+    if (measured > 0.0 && std::isfinite(measured)) per_step = std::min(per_step, measured);
+    t_step_ = t_step_ == 0.0 ? per_step : 0.9 * t_step_ + 0.1 * per_step;
+  }
   last_[island] = {step, now};
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -30,6 +31,11 @@ constexpr std::size_t kSmallMessageBytes = 512;   // any message's fixed part, w
 constexpr std::uint64_t kPeekTraversalWords = 64; // enough for the envelope of any version
 
 std::string num(std::uint64_t x) { return std::to_string(x); }
+std::string secs(double x) {  // %g: a tiny negative time reads as such, not as "-0.000000"
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
 const std::string kRunSecondsBound = "outside [0, " + num(static_cast<std::uint64_t>(kMaxRunSeconds)) + "]";
 
 // A MessageBuilder whose first segment is the tail of the output frame, so a message that fits
@@ -303,10 +309,10 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       m.step_seconds = p.getStepSeconds();
       if (!std::isfinite(m.step_seconds))
         return Error{errc::non_finite, "progress of island " + std::to_string(m.island) + " carries step time " +
-                                           std::to_string(m.step_seconds)};
+                                           secs(m.step_seconds)};
       if (m.step_seconds < 0.0 || m.step_seconds > kMaxRunSeconds)
         return Error{errc::out_of_bounds, "progress of island " + std::to_string(m.island) + " carries step time " +
-                                              std::to_string(m.step_seconds) + " s, " + kRunSecondsBound};
+                                              secs(m.step_seconds) + " s, " + kRunSecondsBound};
       auto list = p.getFragments();
       if (list.size() > limits.max_fragments)
         return Error{errc::wrong_length, "progress reports " + num(list.size()) + " fragments, limit " + num(limits.max_fragments)};
@@ -322,10 +328,10 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       auto j = env.getJoinRequest();
       const double run_s = j.getRunSeconds();
       if (!std::isfinite(run_s))
-        return Error{errc::non_finite, "join request of island " + std::to_string(j.getIsland()) + " carries run time " + std::to_string(run_s)};
+        return Error{errc::non_finite, "join request of island " + std::to_string(j.getIsland()) + " carries run time " + secs(run_s)};
       if (run_s < 0.0 || run_s > kMaxRunSeconds)
         return Error{errc::out_of_bounds, "join request of island " + std::to_string(j.getIsland()) + " carries run time " +
-                                              std::to_string(run_s) + " s, " + kRunSecondsBound};
+                                              secs(run_s) + " s, " + kRunSecondsBound};
       return Message(JoinRequest{j.getIsland(), j.getIncarnation(), j.getKeepsLocal(), run_s});
     }
     case MessageType::join_reply: {

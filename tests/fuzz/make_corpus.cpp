@@ -69,6 +69,11 @@ int main(int argc, char** argv) {
   auto enc = *encode(CodecParams{Encoding::e3m0, 8}, values(24, 3));
   FragmentMessage gm{FragmentHeader{FragmentKind::global_params, syncer_id, 1, 7, 0, 0}, enc};
   put("wire_message", "progress", encode_message(ProgressMessage{2, 99, {{0, 5, 640, 5}, {1, 2, 128, 1}}}));
+  {
+    ProgressMessage timed{2, 100, {{0, 5, 768, 6}}};
+    timed.step_seconds = 0.0125;  // the island's own step time (StepClock)
+    put("wire_message", "progress_with_step_time", encode_message(timed));
+  }
   put("wire_message", "join_request", encode_message(JoinRequest{3, 2}));
   put("wire_message", "join_request_keeping_parameters", encode_message(JoinRequest{3, 2, true}));
   put("wire_message", "join_request_of_a_site_process", encode_message(JoinRequest{3, 2, false, 4.75}));
@@ -90,6 +95,9 @@ int main(int argc, char** argv) {
     ProgressMessage done{1, 80, {}};
     done.finished = true;
     put("site_frame", "progress_finished", site(1, encode_message(done)));
+    ProgressMessage timed{2, 41, {{0, 0, 768, 6}}};
+    timed.step_seconds = 5e-324;  // a denormal step time: decodes, and the clock only shortens its reports
+    put("site_frame", "progress_with_a_tiny_step_time", site(1, encode_message(timed)));
   }
   put("site_frame", "heartbeat_on_fragment_path", site(2, encode_message(Heartbeat{1, 17, 123456789})));
   const fuzz::SiteRun site_run;

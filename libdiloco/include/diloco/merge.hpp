@@ -145,16 +145,17 @@ private:
 };
 
 /// The islands' inner step time as the syncer sees it, for the grace windows (RoundState::t_step):
-/// an exponential average (weight 0.1 to the newest) over the reports of all islands of each
-/// report's step time: the island's own measure where the report carries one (its chips' steps,
-/// its waits for a merge left out), else the seconds per step between two reports of the same
-/// island. A report without its own measure whose island went back or stood still in steps, or
+/// an exponential average (weight 0.1 to the newest) of the seconds per step between two progress
+/// reports of the same island, over the reports of all islands; where a report carries the
+/// island's own measure (its wall time per step on its chips, its waits for a merge and its sends
+/// left out), the smaller of the two. A report whose island went back or stood still in steps, or
 /// that follows the island's (re-)join (forget()), only marks where the island is: the time a
 /// killed island was away, or a restarted island's older step, is not an inner step.
 class StepClock {
 public:
   /// Island `island` reported local step `step` at `now` (seconds), with its own measure of
-  /// its step time `measured` (seconds; 0: none, timed between reports instead).
+  /// its step time `measured` (seconds; 0: none). The measure only shortens the time between
+  /// reports: it never makes a step longer than the reports show.
   void heard(int island, std::uint64_t step, double now, double measured = 0.0);
   /// The island joined again (restarted or healing): its next report starts afresh.
   void forget(int island) { last_.erase(island); }

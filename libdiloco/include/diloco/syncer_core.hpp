@@ -115,10 +115,10 @@ public:
   /// heard of per island and who finished are part of the snapshot, so that a restarted syncer
   /// still knows which islands are done (and can end the run) and where a restarted site's
   /// islands were. The reports also time the islands' inner steps (StepClock) for the grace
-  /// windows ("steps" and adaptive); a join (join_reply) restarts an island's timing. A report
-  /// that carries the island's own step time (`step_seconds` > 0, ProgressMessage) is taken as
-  /// it is: the time between two reports also holds the island's waits for a merge, which are
-  /// not inner steps.
+  /// windows ("steps" and adaptive); a join (join_reply) restarts an island's timing. Where a
+  /// report carries the island's own step time (`step_seconds` > 0, ProgressMessage) the clock
+  /// takes it when shorter than the time between the reports, which also holds the island's
+  /// waits for a merge: those are not inner steps.
   void heard(int island, std::uint64_t step, double now, double step_seconds = 0.0);
   /// Seconds per inner step as the progress reports tell it (0 until one was measured).
   double step_time() const { return clock_.t_step(); }

@@ -75,9 +75,10 @@ struct ProgressMessage {
   /// The island's state holds NaN or infinity (IslandCore::health): the run cannot go on. Sent
   /// once, so that a syncer in another process ends the run instead of waiting for the island.
   bool diverged = false;
-  /// The island's own inner step time in seconds (IslandCore::step_time: its chips' steps, its
-  /// waits for a merge left out), which the syncer's grace windows count in (StepClock); 0 when not
-  /// measured yet. Finite and in [0, kMaxRunSeconds] or refused.
+  /// The island's own inner step time in seconds (IslandCore::step_time: a running average of
+  /// its wall time per step on its chips, its waits for a merge and its sends left out), which the
+  /// syncer's grace windows count in where it is shorter than the time between two reports
+  /// (StepClock); 0 when not measured yet. Finite and in [0, kMaxRunSeconds] or refused.
   double step_seconds = 0.0;
 };
 
