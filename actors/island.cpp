@@ -50,17 +50,21 @@ struct IslandState {
 
 using Self = caf::stateful_actor<IslandState>*;
 
+/// Adds to a record's counter what the core's counter (`now`) grew by since `seen`, the part
+/// already added, and marks it added.
+void add_growth(std::atomic<std::uint64_t>& record, std::uint64_t now, std::uint64_t& seen) {
+  record += now - seen;
+  seen = now;
+}
+
 /// Adds the adoptions the core applied since the last call to the island's record (a step, a
 /// broadcast or a settle may apply them).
 void count_adoptions(Self self) {
   auto& st = self->state;
   auto& r = st.rt->islands[static_cast<std::size_t>(st.island)];
-  r.rebased += st.core->rebases() - st.rebases;
-  r.mixed += st.core->mixes() - st.mixes;
-  r.carried += st.core->carries() - st.carries;
-  st.rebases = st.core->rebases();
-  st.mixes = st.core->mixes();
-  st.carries = st.core->carries();
+  add_growth(r.rebased, st.core->rebases(), st.rebases);
+  add_growth(r.mixed, st.core->mixes(), st.mixes);
+  add_growth(r.carried, st.core->carries(), st.carries);
 }
 
 /// A hold for a due merge is over (the merge came, the wait ran out, or the island winds down):
@@ -73,8 +77,7 @@ void end_hold(Self self) {
     rec.waited_us += static_cast<std::uint64_t>(std::max(0.0, detail::now_s(self) - st.hold_started) * 1e6);
     st.holding = false;
   }
-  rec.wait_timeouts += st.core->wait_timeouts() - st.wait_timeouts;
-  st.wait_timeouts = st.core->wait_timeouts();
+  add_growth(rec.wait_timeouts, st.core->wait_timeouts(), st.wait_timeouts);
 }
 
 // The phases, each a behaviour that names the messages it takes (defined further down).

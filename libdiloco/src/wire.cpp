@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -36,7 +37,15 @@ std::string secs(double x) {  // %g: a tiny negative time reads as such, not as 
   std::snprintf(b, sizeof b, "%g", x);
   return b;
 }
-const std::string kRunSecondsBound = "outside [0, " + num(static_cast<std::uint64_t>(kMaxRunSeconds)) + "]";
+// A time `what` (seconds) in island `island`'s `message`: finite and in [0, kMaxRunSeconds], or
+// the refusal. The reason is only written for a refusal (progress is decoded every step).
+std::optional<Error> refuse_seconds(double x, const char* message, std::int64_t island, const char* what) {
+  const bool finite = std::isfinite(x);
+  if (finite && x >= 0.0 && x <= kMaxRunSeconds) return std::nullopt;
+  std::string why = std::string(message) + " of island " + std::to_string(island) + " carries " + what + " " + secs(x);
+  if (!finite) return Error{errc::non_finite, std::move(why)};
+  return Error{errc::out_of_bounds, why + " s, outside [0, " + num(static_cast<std::uint64_t>(kMaxRunSeconds)) + "]"};
+}
 
 // A MessageBuilder whose first segment is the tail of the output frame, so a message that fits
 // its size estimate is built in place: the frame is the 8-byte segment table plus that segment.
@@ -307,12 +316,8 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       m.finished = p.getFinished();
       m.diverged = p.getDiverged();
       m.step_seconds = p.getStepSeconds();
-      if (!std::isfinite(m.step_seconds))
-        return Error{errc::non_finite, "progress of island " + std::to_string(m.island) + " carries step time " +
-                                           secs(m.step_seconds)};
-      if (m.step_seconds < 0.0 || m.step_seconds > kMaxRunSeconds)
-        return Error{errc::out_of_bounds, "progress of island " + std::to_string(m.island) + " carries step time " +
-                                              secs(m.step_seconds) + " s, " + kRunSecondsBound};
+      if (auto bad = refuse_seconds(m.step_seconds, "progress", m.island, "step time"))
+        return *bad;
       auto list = p.getFragments();
       if (list.size() > limits.max_fragments)
         return Error{errc::wrong_length, "progress reports " + num(list.size()) + " fragments, limit " + num(limits.max_fragments)};
@@ -327,11 +332,8 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
     case MessageType::join_request: {
       auto j = env.getJoinRequest();
       const double run_s = j.getRunSeconds();
-      if (!std::isfinite(run_s))
-        return Error{errc::non_finite, "join request of island " + std::to_string(j.getIsland()) + " carries run time " + secs(run_s)};
-      if (run_s < 0.0 || run_s > kMaxRunSeconds)
-        return Error{errc::out_of_bounds, "join request of island " + std::to_string(j.getIsland()) + " carries run time " +
-                                              secs(run_s) + " s, " + kRunSecondsBound};
+      if (auto bad = refuse_seconds(run_s, "join request", j.getIsland(), "run time"))
+        return *bad;
       return Message(JoinRequest{j.getIsland(), j.getIncarnation(), j.getKeepsLocal(), run_s});
     }
     case MessageType::join_reply: {
