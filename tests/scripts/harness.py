@@ -3,6 +3,7 @@ patterns waited for while the process makes progress, every child killed and the
 way out (fail() prints each child's last output first), and a run with its --http status page. Shared by the
 multi-process tests."""
 import os
+import random
 import re
 import shutil
 import socket
@@ -130,12 +131,39 @@ def mkcerts(src, out, *names):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+_handed = set()
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port that is free now, for a child to listen on later. Taken below the kernel's
+    ephemeral range: a port the kernel handed out (bind to 0) can be handed again to any process's
+    outgoing connection before the child binds it, and a replica then fails with "Address already
+    in use". Ports below the range are only ever taken by a listener that names them."""
+    low = _ephemeral_low()
+    start = 10000 if low > 12000 else 1024
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        port = rng.randrange(start, low)
+        if port in _handed:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _handed.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in [{start}, {low})")
 
 
 def run_with_http(diloco, src, *settings):
