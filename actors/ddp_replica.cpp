@@ -26,6 +26,7 @@ namespace {
 
 /// What a replica knows; where it is in its step is the behaviour it runs (see the phases below).
 struct ReplicaState {
+  static constexpr bool names_holds = false;  // the server sends its parameters whole (ask_to_join)
   std::shared_ptr<Runtime> rt;
   int island = 0;
   std::unique_ptr<IslandCore> core;  // holds the server's parameters and the step count

@@ -110,12 +110,13 @@ struct Joining {
   int id = 0;
   caf::actor who;
   bool keeps_local = false;
+  std::vector<std::vector<std::byte>> holds;  // JoinRequest::holds
 };
 
 /// A join request from an island of the run, with its sender (the syncer's and the parameter
 /// server's join path); anything else is refused (counted and reported) and gives nothing.
 inline std::optional<Joining> admit_join(caf::event_based_actor* self, Runtime& rt, const WireFrame& w) {
-  const auto req = expect_message<JoinRequest>(self, rt, rt.syncer.refused, "syncer: join request", w);
+  auto req = expect_message<JoinRequest>(self, rt, rt.syncer.refused, "syncer: join request", w);
   if (!req) return std::nullopt;
   const int id = req->island;
   if (id < 0 || id >= rt.cfg.train.islands)
@@ -124,7 +125,7 @@ inline std::optional<Joining> admit_join(caf::event_based_actor* self, Runtime& 
   auto who = caf::actor_cast<caf::actor>(self->current_sender());
   if (!who)
     return refuse(self, rt, rt.syncer.refused, "syncer: join request of island " + std::to_string(id) + " without a sender", "no_sender"), std::nullopt;
-  return Joining{id, std::move(who), req->keeps_local};
+  return Joining{id, std::move(who), req->keeps_local, std::move(req->holds)};
 }
 
 /// A progress report of an island of the run (the syncer's and the parameter server's progress

@@ -27,6 +27,7 @@ namespace {
 
 /// What an island knows; where it is in its life is the behaviour it runs (see the phases below).
 struct IslandState {
+  static constexpr bool names_holds = true;  // join requests name the fragments it holds (ask_to_join)
   std::shared_ptr<Runtime> rt;
   int island = 0;
   std::unique_ptr<IslandCore> core;

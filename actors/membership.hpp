@@ -13,6 +13,7 @@
 #include "detail.hpp"
 #include "diloco/actors/chip_pool.hpp"
 #include "diloco/actors/runtime.hpp"
+#include "diloco/island_core.hpp"
 #include "diloco/wire.hpp"
 
 namespace diloco::actors {
@@ -28,7 +29,10 @@ struct Membership {
   /// Asks the syncer in the directory to join, as island `island` in its `incarnation`. With
   /// none alive yet, asks again on a timer (a join_atom to itself) unless `after_next_step`
   /// (the caller is training and asks again after its next step).
-  void ask(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step) {
+  /// `holder`: an island's core, whose held global fragments the request names
+  /// (JoinRequest::holds: the syncer sends none it holds already); none for a ddp replica.
+  void ask(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step,
+           const IslandCore* holder = nullptr) {
     if (join_inflight) return;
     auto s = rt.dir.syncer_for(island);
     if (!s || s.address() == dead) {
@@ -42,7 +46,8 @@ struct Membership {
       syncer = s;
       self->monitor(s);
     }
-    JoinRequest jr{island, static_cast<std::uint64_t>(incarnation), keeps_local};
+    JoinRequest jr{island, static_cast<std::uint64_t>(incarnation), keeps_local, 0.0, {}};
+    if (holder) jr.holds = holder->holds();
     if (!rt.site_process) {
       detail::send_over_link(self, rt, island, true, s, join_atom::value, detail::to_wire(encode_message(jr)));
       return;
@@ -56,9 +61,10 @@ struct Membership {
   }
 
   /// The join_atom of a retry timer: the request it stood for is over; ask again.
-  void retry(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step) {
+  void retry(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step,
+             const IslandCore* holder = nullptr) {
     join_inflight = false;
-    ask(self, rt, island, incarnation, after_next_step);
+    ask(self, rt, island, incarnation, after_next_step, holder);
   }
 
   /// The unit we joined died (true): forget it, so that its successor is joined next.
@@ -72,18 +78,19 @@ struct Membership {
 };
 
 /// The same for an island's or a ddp replica's actor: its state holds `member`, `rt`, `island`,
-/// `incarnation` and `chips` (ChipPool).
+/// `incarnation`, `core` and `chips` (ChipPool); `State::names_holds` says whether its requests
+/// name the fragments its core holds (an island's do; a ddp replica's server sends them all).
 template <class State>
 void ask_to_join(caf::stateful_actor<State>* self, bool after_next_step) {
   auto& st = self->state;
-  st.member.ask(self, *st.rt, st.island, st.incarnation, after_next_step);
+  st.member.ask(self, *st.rt, st.island, st.incarnation, after_next_step, State::names_holds ? st.core.get() : nullptr);
 }
 
 /// The join_atom of a retry timer: the request it stood for is over; ask again.
 template <class State>
 void retry_join(caf::stateful_actor<State>* self, bool after_next_step) {
   auto& st = self->state;
-  st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step);
+  st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step, State::names_holds ? st.core.get() : nullptr);
 }
 
 /// Down messages outside the chips' work: a dead syncer (or server) is re-joined

@@ -97,7 +97,7 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
         auto& st = self->state;
         auto joining = detail::admit_join(self, *rt, w);
         if (!joining) return;
-        const auto& [id, who, keeps_local] = *joining;  // replicas always heal fresh (ddp_replica.cpp)
+        const auto& [id, who, keeps_local, holds] = *joining;  // replicas always heal fresh and whole (ddp_replica.cpp)
         st.islands[id] = who;
         self->monitor(who);
         rt->syncer.finished[static_cast<std::size_t>(id)] = false;

@@ -114,7 +114,9 @@ caf::behavior syncer_halt(caf::stateful_actor<SyncerState>* self, Runtime& rt, E
 void welcome(caf::stateful_actor<SyncerState>* self, Runtime& rt, const detail::Joining& j) {
   auto& st = self->state;
   std::vector<int> withdrawn;
-  auto reply = st.core->join_reply(j.id, j.keeps_local, &withdrawn);
+  const auto held = st.core->held_sent();
+  auto reply = st.core->join_reply(j.id, j.keeps_local, &withdrawn, j.holds);
+  rt.syncer.heals_held += st.core->held_sent() - held;
   for (int p : withdrawn) {
     ++rt.syncer.dropped_stale;
     if (auto it = st.accepted.find({j.id, p}); it != st.accepted.end())

@@ -377,6 +377,7 @@ std::string Monitor::status_json() const {
               {"dropped_stale", s.tally.dropped_stale},
               {"superseded", s.tally.superseded},
               {"clipped", s.tally.clipped},
+              {"held_fragments", s.tally.held},
               {"refused", s.tally.rejected},
               {"islands", std::move(islands)},
               {"commits", std::move(commits)},
@@ -418,6 +419,8 @@ std::string Monitor::metrics() const {
   follow(counter("diloco_stale_drops_total", "Contributions dropped as too stale").Add({}), static_cast<double>(s.tally.dropped_stale));
   follow(counter("diloco_superseded_sends_total", "Sends replaced by the same island's next before a commit").Add({}),
          static_cast<double>(s.tally.superseded));
+  follow(counter("diloco_held_fragments_total", "Join-reply fragments sent without values: the island held them already").Add({}),
+         static_cast<double>(s.tally.held));
   follow(counter("diloco_clipped_total", "Merged outer gradients scaled down to their fragment's norm bound (merge.clip_ratio)").Add({}),
          static_cast<double>(s.tally.clipped));
   auto& refused = counter("diloco_frames_refused_total", "Frames refused, by reason (an errc name or the refusing session)");

@@ -260,6 +260,8 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
   if (t.clipped > 0) std::printf(", %s", counted(t.clipped, "outer gradient", " clipped").c_str());
   if (t.superseded > 0)
     std::printf(", %s", counted(t.superseded, "send", " superseded by the same island's next before a commit").c_str());
+  if (t.held > 0)
+    std::printf(", %s", counted(t.held, "heal fragment", " not sent (their island held them already)").c_str());
   std::printf("\n");
   std::printf("goodput %.1f%%: %.1f of %.1f chip-seconds reached the global model (lost: %.1f to failures, %.1f to "
               "stale drops, %.1f undecided at the end; the rest waiting or down); global downtime %.2f s\n",
@@ -315,6 +317,7 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"dropped_stale", t.dropped_stale},
                      {"superseded", t.superseded},
                      {"clipped", t.clipped},
+                     {"held_fragments", t.held},
                      {"adoptions_rebased", t.rebased},
                      {"adoptions_mixed", t.mixed},
                      {"adoptions_carried", t.carried},

@@ -48,6 +48,9 @@ struct Fragment {
                              # syncer is done with as of this round: merged into the fragment, or
                              # dropped and never to be merged (0: none); empty for other kinds.
                              # Islands read it to rebase and to end their final sync
+  held @14 :Bool;            # globalParams in a JoinReply: the island holds these values already
+                             # (JoinRequest.holds named their digest): no payload and no scales,
+                             # fp32, `count` values. Refused anywhere else
 }
 
 struct FragmentCounters {
@@ -84,6 +87,12 @@ struct JoinRequest {
                              # syncer plays the partitions of the island's site on that site's
                              # clock. 0: the same process (or a peer that does not say), nothing
                              # to align
+  holds @4 :List(Data);      # per fragment of the plan, in index order: the SHA-256 (32 bytes) of
+                             # the global fragment the island holds (its fp32 values' bytes), or
+                             # empty for none. Where it is the syncer's Θ_p, the reply marks the
+                             # fragment held and sends no values (an island started from the
+                             # run's --init, or restored at the syncer's round). Empty list: send
+                             # every fragment (older peers)
 }
 
 # The syncer's answer: every global fragment with its round (kind = globalParams).

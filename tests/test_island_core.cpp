@@ -18,6 +18,7 @@
 
 #include "core_fixtures.hpp"
 #include "diloco/checkpoint.hpp"
+#include "diloco/invariants.hpp"
 #include "diloco/island_core.hpp"
 #include "diloco/syncer_core.hpp"
 
@@ -347,6 +348,61 @@ BOOST_AUTO_TEST_CASE(island_heals_from_join_reply) {
   BOOST_REQUIRE(r);
   BOOST_TEST(r->base_round == 3u);
   BOOST_TEST(r->tokens == 32u);
+}
+
+// An island started from the run's parameters names their digests in its join request, and the
+// syncer sends none of the fragments it holds already; a fragment that moved since comes whole.
+// A fresh island of another start gets every fragment.
+BOOST_AUTO_TEST_CASE(a_join_request_naming_held_fragments_gets_only_those_that_moved) {
+  TwoFragments t;
+  std::mt19937_64 g(11);
+  const auto init = gaussian_vec(t.layout.size(), g, 0.1f);
+  SyncerCore s(t.plan, init, sgd_settings(2, 1));
+  const IslandSettings is{0, SyncSchedule{4, 2}, 0, 0.0, CodecParams{}, true};
+  IslandCore same(t.layout, t.plan, is, AdamWConfig{}, init);
+  auto msg = decode_message(encode_message(s.join_reply(0, false, nullptr, same.holds())));
+  BOOST_REQUIRE(msg);
+  const auto& reply = std::get<JoinReply>(*msg);
+  BOOST_REQUIRE_EQUAL(reply.fragments.size(), 2u);
+  for (const auto& f : reply.fragments) {
+    BOOST_TEST(f.header.held);
+    BOOST_TEST(f.data.payload.empty());
+  }
+  BOOST_TEST(encode_message(reply).size() < 512u);  // the model itself did not cross
+  BOOST_TEST(s.held_sent() == 2u);
+  same.heal(reply, false);
+  BOOST_TEST((std::vector<float>(same.params().begin(), same.params().end()) == init));
+  const auto d = heal_digests(t.plan, same.params(), reply);
+  BOOST_TEST(d.island == d.global);  // the invariants' heal check holds
+
+  // Fragment 0 moves (a commit of island 1); the island holding round 0 gets fragment 0 whole.
+  FragmentHeader h;
+  h.island = 1;
+  h.index = 0;
+  h.tokens = h.steps = 8;
+  BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, std::vector<float>(t.plan.size(0), 0.5f)).value(), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  IslandCore later(t.layout, t.plan, is, AdamWConfig{}, init);
+  auto again = std::get<JoinReply>(*decode_message(encode_message(s.join_reply(0, false, nullptr, later.holds()))));
+  BOOST_TEST(!again.fragments[0].header.held);
+  BOOST_TEST(again.fragments[0].header.base_round == 1u);
+  BOOST_TEST(again.fragments[1].header.held);
+  later.heal(again, false);
+  BOOST_TEST(later.base_round(0) == 1u);
+  BOOST_TEST(later.params()[0] != init[0]);  // took the moved fragment (tensor a: fragment 0)
+  std::vector<float> theirs(t.plan.size(0)), mine(t.plan.size(0));
+  t.plan.gather<float>(0, s.params(), theirs);
+  t.plan.gather<float>(0, later.params(), mine);
+  BOOST_TEST((mine == theirs));
+  BOOST_TEST(s.held_sent() == 3u);
+
+  // Another start: nothing matches, every fragment comes whole.
+  auto other = init;
+  for (auto& x : other) x += 1.0f;
+  IslandCore stranger(t.layout, t.plan, is, AdamWConfig{}, other);
+  auto whole = s.join_reply(0, false, nullptr, stranger.holds());
+  for (const auto& f : whole.fragments) BOOST_TEST(!f.header.held);
+  BOOST_TEST(s.held_sent() == 3u);
 }
 
 // ---- lossy broadcasts: the syncer sends the quantised change of Θ̂, islands add it up ----

@@ -481,6 +481,61 @@ BOOST_AUTO_TEST_CASE(a_join_request_with_an_absurd_run_time_is_refused) {
   BOOST_TEST(decode_message(encode_message(JoinRequest{1, 0, false, kMaxRunSeconds})).has_value());
 }
 
+// A join request names the SHA-256 of each global fragment the island holds, and a join reply
+// may mark a fragment held (no values: the island has them). Digests of another length, more
+// entries than fragments allowed, and a held mark anywhere but a bare global_params of a reply
+// are refused.
+BOOST_AUTO_TEST_CASE(held_fragments_round_trip_and_malformed_ones_are_refused) {
+  const auto d = sha256(std::span<const float>(gaussian(100, 5)));
+  JoinRequest jr{1, 3, false, 0.0, {std::vector<std::byte>(d.begin(), d.end()), {}}};
+  auto j = decode_message(encode_message(jr));
+  BOOST_TEST_REQUIRE(j.has_value());
+  const auto& got = std::get<JoinRequest>(*j);
+  BOOST_TEST_REQUIRE(got.holds.size() == 2u);
+  BOOST_TEST((got.holds[0] == jr.holds[0]));
+  BOOST_TEST(got.holds[1].empty());
+
+  JoinRequest short_digest = jr;
+  short_digest.holds[0].pop_back();
+  auto bad = decode_message(encode_message(short_digest));
+  BOOST_TEST_REQUIRE(!bad.has_value());
+  BOOST_TEST(to_string(bad.error().code) == to_string(errc::malformed));
+  BOOST_TEST_MESSAGE(bad.error().message());
+  WireLimits few;
+  few.max_fragments = 1;
+  bad = decode_message(encode_message(jr), few);
+  BOOST_TEST_REQUIRE(!bad.has_value());
+  BOOST_TEST(to_string(bad.error().code) == to_string(errc::wrong_length));
+
+  FragmentMessage held;
+  held.header.kind = FragmentKind::global_params;
+  held.header.island = syncer_id;
+  held.header.index = 1;
+  held.header.base_round = 4;
+  held.header.held = true;
+  held.data.count = 100;
+  auto r = decode_message(encode_message(JoinReply{{held}}));
+  BOOST_TEST_REQUIRE(r.has_value());
+  const auto& f = std::get<JoinReply>(*r).fragments.at(0);
+  BOOST_TEST(f.header.held);
+  BOOST_TEST(f.data.count == 100u);
+  BOOST_TEST(f.data.payload.empty());
+
+  bad = decode_message(encode_message(held));  // a held mark outside a join reply
+  BOOST_TEST_REQUIRE(!bad.has_value());
+  BOOST_TEST(to_string(bad.error().code) == to_string(errc::malformed));
+  auto with_values = held;  // held, yet carrying values
+  with_values.data = *encode(CodecParams{}, gaussian(100, 6));
+  bad = decode_message(encode_message(JoinReply{{with_values}}));
+  BOOST_TEST_REQUIRE(!bad.has_value());
+  BOOST_TEST(to_string(bad.error().code) == to_string(errc::malformed));
+  BOOST_TEST_MESSAGE(bad.error().message());
+  auto delta = held;  // only global_params may be held
+  delta.header.kind = FragmentKind::global_delta;
+  bad = decode_message(encode_message(JoinReply{{delta}}));
+  BOOST_TEST_REQUIRE(!bad.has_value());
+}
+
 // A report's step time sizes the syncer's grace windows (StepClock): NaN, infinity, a negative
 // time or one past kMaxRunSeconds would make them nothing or for ever.
 BOOST_AUTO_TEST_CASE(progress_with_an_absurd_step_time_is_refused) {

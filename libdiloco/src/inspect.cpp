@@ -28,6 +28,10 @@ void describe_fragment(std::ostringstream& o, const FragmentMessage& m, const st
     << h.base_round;
   if (h.kind == FragmentKind::global_delta) o << " (from round " << h.from_round << ")";
   o << ", tokens " << h.tokens << ", steps " << h.steps << "\n";
+  if (h.held) {
+    o << indent << d.count << " values held by the island already (its digest matched): none sent\n";
+    return;
+  }
   o << indent << "encoding " << to_string(d.params.encoding);
   if (has_scales(d.params.encoding)) o << " (block " << d.params.block_size << ", " << d.scales.size() << " scales)";
   o << ", " << d.count << " values, payload " << d.payload.size() << " bytes ("
@@ -69,6 +73,16 @@ std::string describe_message(const Message& m, std::size_t frame_bytes) {
         } else if constexpr (std::is_same_v<T, JoinRequest>) {
           o << "  island " << msg.island << ", incarnation " << msg.incarnation
             << (msg.keeps_local ? ", keeps its parameters" : "") << "\n";
+          for (std::size_t p = 0; p < msg.holds.size(); ++p) {
+            if (msg.holds[p].empty()) continue;
+            o << "    holds fragment " << p << ": SHA-256 ";
+            for (std::byte b : msg.holds[p]) {
+              char hex[3];
+              std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned>(b));
+              o << hex;
+            }
+            o << "\n";
+          }
         } else if constexpr (std::is_same_v<T, JoinReply>) {
           o << "  " << msg.fragments.size() << " global fragments\n";
           for (const auto& f : msg.fragments) describe_fragment(o, f, "    ");

@@ -45,6 +45,12 @@ HealDigests heal_digests(const FragmentPlan& plan, std::span<const float> params
     island = fnv(island, mine.data(), n * sizeof(float));
     const auto it = std::find_if(reply.fragments.begin(), reply.fragments.end(),
                                  [p](const FragmentMessage& f) { return f.header.index == static_cast<std::uint32_t>(p); });
+    if (it != reply.fragments.end() && it->header.held) {
+      // No values came: the syncer sent none because its Θ_p had the SHA-256 of the fragment the
+      // island named (SyncerCore::join_reply), which is what it holds now.
+      global = fnv(global, mine.data(), n * sizeof(float));
+      continue;
+    }
     theirs.resize(n);
     if (it == reply.fragments.end() || it->data.count != n || !decode(EncodedView(it->data), std::span<float>(theirs))) {
       global = fnv(global, "missing", 7);  // the island cannot hold what it was not given

@@ -8,6 +8,7 @@
 #include <string>
 #include <variant>
 
+#include "diloco/digest.hpp"
 #include "diloco/limits.hpp"
 
 namespace diloco {
@@ -307,9 +308,9 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
   for (const auto& f : reply.fragments) {
     const int p = static_cast<int>(f.header.index);
     if (p < 0 || p >= plan_->count() || f.data.count != plan_->size(p)) continue;
-    values.resize(f.data.count);
-    if (!decode(EncodedView(f.data), std::span<float>(values))) continue;
     const auto i = static_cast<std::size_t>(p);
+    if (f.header.held) values = global_[i];  // the syncer found its Θ_p to be what this island holds
+    else if (values.resize(f.data.count); !decode(EncodedView(f.data), std::span<float>(values))) continue;
     if (!keep_local) plan_->scatter(p, values, writable());
     global_[i] = values;
     base_round_[i] = f.header.base_round;
@@ -339,6 +340,16 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();
   }
+}
+
+std::vector<std::vector<std::byte>> IslandCore::holds() const {
+  std::vector<std::vector<std::byte>> out;
+  out.reserve(global_.size());
+  for (const auto& g : global_) {
+    const auto d = sha256(std::span<const float>(g));
+    out.emplace_back(d.begin(), d.end());
+  }
+  return out;
 }
 
 IslandState IslandCore::state() const {

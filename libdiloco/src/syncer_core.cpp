@@ -1,5 +1,6 @@
 // SyncerCore: per-fragment rounds, quorum + grace decisions, token-weighted merge and snapshots.
 #include "diloco/syncer_core.hpp"
+#include "diloco/digest.hpp"
 #include "diloco/invariants.hpp"
 #include "diloco/limits.hpp"
 
@@ -485,7 +486,8 @@ std::uint64_t SyncerCore::held_round(int p, int island) const {
   return s ? s->round : rounds_[static_cast<std::size_t>(p)];
 }
 
-JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>* withdrawn) {
+JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>* withdrawn,
+                                 std::span<const std::vector<std::byte>> holds) {
   JoinReply r;
   std::vector<FragmentCounters> gone;
   // A new epoch for the island's sends: those of its earlier lives (or of before this re-join)
@@ -507,7 +509,15 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
     theta_.resize(plan_->size(p));
     plan_->gather<float>(p, params_, theta_);
     m.header.seq = std::uint64_t{epoch} << 32;  // the island numbers its sends from here
-    m.data = encode(CodecParams{}, theta_).value();  // fp32: the heal is exact
+    const auto pi = static_cast<std::size_t>(p);
+    if (pi < holds.size() && holds[pi].size() == std::tuple_size_v<Sha256> &&
+        std::ranges::equal(holds[pi], sha256(std::span<const float>(theta_)))) {
+      m.header.held = true;  // the island holds Θ_p: no values, only their number
+      m.data.count = theta_.size();
+      ++held_sent_;
+    } else {
+      m.data = encode(CodecParams{}, theta_).value();  // fp32: the heal is exact
+    }
     if (Sent* s = sent(p, island)) {
       merged_seq_[static_cast<std::size_t>(p)][static_cast<std::size_t>(island)] = 0;
       s->round = rounds_[static_cast<std::size_t>(p)];

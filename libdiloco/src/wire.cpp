@@ -99,6 +99,7 @@ void fill_header(schema::Fragment::Builder f, const FragmentHeader& h, const Cod
   f.setSteps(h.steps);
   f.setFromRound(h.from_round);
   f.setSeq(h.seq);
+  f.setHeld(h.held);
   if (!h.merged_seq.empty()) {
     auto ms = f.initMergedSeq(static_cast<unsigned>(h.merged_seq.size()));
     for (unsigned i = 0; i < h.merged_seq.size(); ++i) ms.set(i, h.merged_seq[i]);
@@ -237,6 +238,7 @@ Expected<RawFragment> read_header(schema::Fragment::Reader f, const WireLimits& 
   r.header.steps = f.getSteps();
   r.header.from_round = f.getFromRound();
   r.header.seq = f.getSeq();
+  r.header.held = f.getHeld();
   if (r.header.tokens > kMaxCounter || r.header.steps > kMaxCounter || r.header.base_round > kMaxCounter ||
       r.header.from_round > kMaxCounter)
     return Error{errc::bad_counters, "fragment " + num(r.header.index) + " counts " + num(r.header.tokens) + " tokens, " +
@@ -291,6 +293,14 @@ Expected<FragmentMessage> read_fragment_message(schema::Fragment::Reader f, cons
   m.data.count = raw->count;
   if (auto st = read_scales(f, *raw, m.data.scales); !st) return st.error();
   auto payload = payload_of(f);
+  if (m.header.held) {  // the island's own values stand for these: nothing to read or check
+    if (m.header.kind != FragmentKind::global_params || m.data.params.encoding != Encoding::fp32 || !payload.empty())
+      return Error{errc::malformed, "fragment " + num(m.header.index) + " is marked held but is a " +
+                                        std::string(to_string(m.header.kind)) + " in " +
+                                        std::string(to_string(m.data.params.encoding)) + " with " + num(payload.size()) +
+                                        " payload bytes (held: global_params, fp32, no payload)"};
+    return m;
+  }
   EncodedView view(m.data.params, m.data.count, m.data.scales, payload);
   if (auto st = validate(view); !st) return st.error();
   if (!has_scales(m.data.params.encoding)) {  // scaled encodings are finite by validate()
@@ -306,6 +316,8 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
     case MessageType::fragment: {
       auto m = read_fragment_message(env.getFragment(), limits);
       if (!m) return m.error();
+      if (m->header.held)
+        return Error{errc::malformed, "fragment " + num(m->header.index) + " is marked held outside a join reply"};
       return Message(std::move(*m));
     }
     case MessageType::progress: {
@@ -334,7 +346,21 @@ Expected<Message> read_message(const schema::Envelope::Reader& env, MessageType 
       const double run_s = j.getRunSeconds();
       if (auto bad = refuse_seconds(run_s, "join request", j.getIsland(), "run time"))
         return *bad;
-      return Message(JoinRequest{j.getIsland(), j.getIncarnation(), j.getKeepsLocal(), run_s});
+      JoinRequest m{j.getIsland(), j.getIncarnation(), j.getKeepsLocal(), run_s, {}};
+      auto holds = j.getHolds();
+      if (holds.size() > limits.max_fragments)
+        return Error{errc::wrong_length, "join request of island " + std::to_string(m.island) + " names " +
+                                             num(holds.size()) + " held fragments, limit " + num(limits.max_fragments)};
+      m.holds.reserve(holds.size());
+      for (auto d : holds) {
+        if (d.size() != 0 && d.size() != std::tuple_size_v<Sha256>)
+          return Error{errc::malformed, "join request of island " + std::to_string(m.island) + ": held fragment " +
+                                            num(m.holds.size()) + " has a digest of " + num(d.size()) +
+                                            " bytes (SHA-256: 32, or 0 for none)"};
+        const auto* b = reinterpret_cast<const std::byte*>(d.begin());
+        m.holds.emplace_back(b, b + d.size());
+      }
+      return Message(std::move(m));
     }
     case MessageType::join_reply: {
       auto list = env.getJoinReply().getFragments();
@@ -418,7 +444,7 @@ std::size_t max_frame_bytes(MessageType t, const WireLimits& l) {
   switch (t) {
     case MessageType::fragment: return kSmallMessageBytes + 5 * l.max_fragment_values + 8 * l.max_islands;
     case MessageType::progress: return kSmallMessageBytes + 40 * l.max_fragments;
-    case MessageType::join_request:
+    case MessageType::join_request: return kSmallMessageBytes + 48 * l.max_fragments;  // a digest: 32 bytes + a pointer
     case MessageType::heartbeat: return kSmallMessageBytes;
     case MessageType::run_over: return kSmallMessageBytes + max_run_over_reason;
     case MessageType::join_reply: return kSmallMessageBytes * (1 + l.max_fragments) + 5 * l.max_model_values;
@@ -431,6 +457,7 @@ Frame encode_message(const Message& m, std::uint64_t term) {
   if (auto* f = std::get_if<FragmentMessage>(&m)) words += fragment_words(*f);
   if (auto* p = std::get_if<ProgressMessage>(&m)) words += 5 * p->fragments.size();
   if (std::holds_alternative<RunOver>(m)) words += max_run_over_reason / 8 + 1;
+  if (auto* j = std::get_if<JoinRequest>(&m)) words += 5 * j->holds.size();
   if (auto* j = std::get_if<JoinReply>(&m))
     for (const auto& f : j->fragments) words += fragment_words(f);
   FrameBuilder b(words);
@@ -462,6 +489,11 @@ Frame encode_message(const Message& m, std::uint64_t term) {
           j.setIncarnation(msg.incarnation);
           j.setKeepsLocal(msg.keeps_local);
           j.setRunSeconds(msg.run_s);
+          if (!msg.holds.empty()) {
+            auto list = j.initHolds(static_cast<unsigned>(msg.holds.size()));
+            for (unsigned i = 0; i < msg.holds.size(); ++i)
+              list.set(i, kj::arrayPtr(reinterpret_cast<const kj::byte*>(msg.holds[i].data()), msg.holds[i].size()));
+          }
         } else if constexpr (std::is_same_v<T, JoinReply>) {
           auto list = env.initJoinReply().initFragments(static_cast<unsigned>(msg.fragments.size()));
           for (unsigned i = 0; i < msg.fragments.size(); ++i) fill_fragment(list[i], msg.fragments[i]);

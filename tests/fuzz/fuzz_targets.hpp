@@ -80,8 +80,8 @@ inline void apply_site_frame(const SiteRun& run, SyncerCore& core, int path, std
   if (f->island != run.site_islands[0] && f->island != run.site_islands[1]) __builtin_trap();
   switch (want) {
     case MessageType::join_request: {
-      const bool keeps = std::get<JoinRequest>(f->message).keeps_local;
-      const auto reply = encode_message(core.join_reply(f->island, keeps));
+      const auto& req = std::get<JoinRequest>(f->message);
+      const auto reply = encode_message(core.join_reply(f->island, req.keeps_local, nullptr, req.holds));
       auto back = decode_message(reply);
       if (!back || !std::holds_alternative<JoinReply>(*back)) __builtin_trap();
       if (std::get<JoinReply>(*back).fragments.size() != static_cast<std::size_t>(run.plan.count())) __builtin_trap();

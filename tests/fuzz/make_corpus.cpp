@@ -78,6 +78,15 @@ int main(int argc, char** argv) {
   put("wire_message", "join_request_keeping_parameters", encode_message(JoinRequest{3, 2, true}));
   put("wire_message", "join_request_of_a_site_process", encode_message(JoinRequest{3, 2, false, 4.75}));
   put("wire_message", "join_reply", encode_message(JoinReply{{gm, gm}}));
+  {
+    const auto d = sha256(std::span<const float>(values(24, 3)));
+    put("wire_message", "join_request_naming_held_fragments",
+        encode_message(JoinRequest{3, 2, false, 0.0, {std::vector<std::byte>(d.begin(), d.end()), {}}}));
+    FragmentMessage held{FragmentHeader{FragmentKind::global_params, syncer_id, 0, 7, 0, 0}, Encoded{}};
+    held.header.held = true;
+    held.data.count = 24;
+    put("wire_message", "join_reply_with_a_held_fragment", encode_message(JoinReply{{held, gm}}));
+  }
   put("wire_message", "heartbeat", encode_message(Heartbeat{-1, 17, 123456789}));
   put("wire_message", "run_over", encode_message(RunOver{RunOutcome::stopped, "island 1 reported that it diverged at step 3"}));
 
@@ -101,6 +110,17 @@ int main(int argc, char** argv) {
   }
   put("site_frame", "heartbeat_on_fragment_path", site(2, encode_message(Heartbeat{1, 17, 123456789})));
   const fuzz::SiteRun site_run;
+  {
+    // An island of the site that holds the run's start: the syncer's reply marks both held.
+    JoinRequest jr{2, 0, false, 0.0, {}};
+    for (int p = 0; p < site_run.plan.count(); ++p) {
+      std::vector<float> v(site_run.plan.size(p));
+      site_run.plan.gather<float>(p, site_run.initial, v);
+      const auto d = sha256(std::span<const float>(v));
+      jr.holds.emplace_back(d.begin(), d.end());
+    }
+    put("site_frame", "join_naming_held_fragments", site(0, encode_message(jr)));
+  }
   for (auto enc : encs) {
     for (std::uint32_t p = 0; p < 2; ++p) {
       FragmentHeader h{FragmentKind::outer_gradient, static_cast<int>(p + 1), p, 0, 1024, 4};

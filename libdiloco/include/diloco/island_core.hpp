@@ -171,7 +171,12 @@ public:
   /// Heals from the syncer's current fragments: a fresh island (keep_local = false) takes them
   /// as its parameters; a running island re-joining a restarted syncer (keep_local = true)
   /// keeps its parameters and only re-bases (Θ_p and base round), so its progress is resent.
+  /// A fragment the reply marks held (FragmentHeader::held) takes the global fragment this
+  /// island holds, whose digest its request named (holds()).
   void heal(const JoinReply& reply, bool keep_local);
+  /// For a join request (JoinRequest::holds): the SHA-256 of each global fragment the island
+  /// holds (its --init or restored parameters before its first heal).
+  std::vector<std::vector<std::byte>> holds() const;
 
   /// Applies every queued adoption now, whatever its τ: an island that trained its budget takes
   /// no further step to wait for, and its last outer gradients must be relative to the newest

@@ -170,7 +170,12 @@ public:
   /// A withdrawn send's tokens and steps go back in the reply's fragment (FragmentHeader::tokens,
   /// steps), for the island's next send to weigh what it carries; `withdrawn`, when given,
   /// receives the fragments whose pending send was dropped.
-  JoinReply join_reply(int island, bool keeps_local = false, std::vector<int>* withdrawn = nullptr);
+  /// `holds` (JoinRequest::holds): a fragment whose Θ_p has the SHA-256 the island named is sent
+  /// marked held, without its values (held_sent() counts them).
+  JoinReply join_reply(int island, bool keeps_local = false, std::vector<int>* withdrawn = nullptr,
+                       std::span<const std::vector<std::byte>> holds = {});
+  /// Fragments join replies marked held (the island held Θ_p already), since the start.
+  std::uint64_t held_sent() const { return held_sent_; }
   /// The copies of Θ̂_p the syncer keeps for its islands (lossy frames; 0 with fp32): 1 while
   /// every island was sent the same frames since the same start.
   std::size_t reconstructions(int p) const;
@@ -254,6 +259,7 @@ private:
   int finished_count_ = 0;
   std::uint64_t finish_changes_ = 0, snapshot_finish_changes_ = 0;
   std::vector<std::uint64_t> last_step_;  // [island]: last local step heard of (heard())
+  std::uint64_t held_sent_ = 0;           // join_reply() fragments marked held
   StepClock clock_;                       // the islands' inner step time (heard(), join_reply())
   Status health_;
   FragmentInbox inbox_;

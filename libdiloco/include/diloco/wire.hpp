@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "diloco/codec.hpp"
+#include "diloco/digest.hpp"
 #include "diloco/expected.hpp"
 #include "diloco/limits.hpp"
 
@@ -50,6 +51,9 @@ struct FragmentHeader {
   /// merged (0: none). An island reads whether all its sends are settled (IslandCore::
   /// sends_settled: rebasing, the end of its final sync). At most WireLimits::max_islands entries.
   std::vector<std::uint64_t> merged_seq;
+  /// global_params in a JoinReply: the island holds these values already (JoinRequest::holds
+  /// named their SHA-256): no values are sent, `count` still says how many. Refused anywhere else.
+  bool held = false;
 };
 
 struct FragmentMessage {
@@ -94,6 +98,11 @@ struct JoinRequest {
   /// relay's SiteLinks::align).
   /// 0: the same process, nothing to align. Finite and in [0, kMaxRunSeconds] or refused.
   double run_s = 0.0;
+  /// Per fragment of the plan, in index order: the SHA-256 of the global fragment the island
+  /// holds (IslandCore::holds), or an empty entry for none. The syncer marks a fragment whose Θ_p
+  /// has that digest held and sends no values (SyncerCore::join_reply). Empty: send every one.
+  /// At most WireLimits::max_fragments entries, each 0 or 32 bytes, or refused.
+  std::vector<std::vector<std::byte>> holds;
 };
 
 /// The largest run time a join request may carry (about 31 years): beyond it the frame is absurd.

@@ -73,6 +73,8 @@ struct SyncerRecord {
   std::atomic<std::uint64_t> refused{0};        // frames refused (malformed, unknown sender, ...)
   std::atomic<std::uint64_t> superseded{0};     // sends replaced, before a commit, by a newer one of the
                                                 // same island (it sent again while the first waited)
+  std::atomic<std::uint64_t> heals_held{0};     // fragments of join replies sent without values: the
+                                                // island held them already (SyncerCore::held_sent)
   std::atomic<std::uint64_t> clipped{0};        // merged outer gradients scaled down to their fragment's
                                                 // norm bound (merge.clip_ratio; SyncerStats::clipped)
   /// Tokens of the contributions merged into the global model since the run began (kept in the
@@ -166,6 +168,7 @@ struct Tally {
   int islands_done = 0;
   std::uint64_t dropped_stale = 0;
   std::uint64_t superseded = 0;     // sends replaced by a newer one of the same island before a commit
+  std::uint64_t held = 0;           // join-reply fragments not sent: the island held them already
   std::uint64_t clipped = 0;        // merged outer gradients scaled down to their fragment's norm bound
   std::uint64_t rejected = 0;       // every refused frame: the islands', the syncer's, the gateway's, the relays'
   std::uint64_t relay_refused = 0;  // ... of which the relays refused
