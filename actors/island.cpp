@@ -329,9 +329,10 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   auto e = Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin);
   e.held_round = held;
   if (!keep_local) {  // a heal adopts the global fragments exactly (the invariants compare them)
-    const auto d = heal_digests(rt.plan, st.core->params(), reply);
+    const auto d = heal_digests(rt.plan, st.core->params(), reply, &st.core->named());
     e.digest = d.island, e.global_digest = d.global;
   }
+  st.core->drop_named();
   rt.emit(e);
   return true;
 }

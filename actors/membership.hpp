@@ -32,7 +32,7 @@ struct Membership {
   /// `holder`: an island's core, whose held global fragments the request names
   /// (JoinRequest::holds: the syncer sends none it holds already); none for a ddp replica.
   void ask(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step,
-           const IslandCore* holder = nullptr) {
+           IslandCore* holder = nullptr) {
     if (join_inflight) return;
     auto s = rt.dir.syncer_for(island);
     if (!s || s.address() == dead) {
@@ -62,7 +62,7 @@ struct Membership {
 
   /// The join_atom of a retry timer: the request it stood for is over; ask again.
   void retry(caf::event_based_actor* self, Runtime& rt, int island, int incarnation, bool after_next_step,
-             const IslandCore* holder = nullptr) {
+             IslandCore* holder = nullptr) {
     join_inflight = false;
     ask(self, rt, island, incarnation, after_next_step, holder);
   }

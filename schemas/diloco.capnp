@@ -91,11 +91,12 @@ struct JoinRequest {
                              # the global fragment the island holds (its fp32 values' bytes), or
                              # empty for none. Where it is the syncer's Θ_p, the reply marks the
                              # fragment held and sends no values (an island started from the
-                             # run's --init, or restored at the syncer's round). Empty list: send
-                             # every fragment (older peers)
+                             # run's parameters, or re-joining a syncer at the round it holds).
+                             # Empty list: send every fragment (older peers)
 }
 
-# The syncer's answer: every global fragment with its round (kind = globalParams).
+# The syncer's answer: every global fragment with its round (kind = globalParams); those the
+# request named with the digest of their values come marked held, without values.
 struct JoinReply {
   fragments @0 :List(Fragment);
 }

@@ -372,8 +372,9 @@ BOOST_AUTO_TEST_CASE(a_join_request_naming_held_fragments_gets_only_those_that_m
   BOOST_TEST(s.held_sent() == 2u);
   same.heal(reply, false);
   BOOST_TEST((std::vector<float>(same.params().begin(), same.params().end()) == init));
-  const auto d = heal_digests(t.plan, same.params(), reply);
+  const auto d = heal_digests(t.plan, same.params(), reply, &same.named());
   BOOST_TEST(d.island == d.global);  // the invariants' heal check holds
+  BOOST_TEST(heal_digests(t.plan, same.params(), reply).island != heal_digests(t.plan, same.params(), reply).global);
 
   // Fragment 0 moves (a commit of island 1); the island holding round 0 gets fragment 0 whole.
   FragmentHeader h;
@@ -395,6 +396,28 @@ BOOST_AUTO_TEST_CASE(a_join_request_naming_held_fragments_gets_only_those_that_m
   t.plan.gather<float>(0, later.params(), mine);
   BOOST_TEST((mine == theirs));
   BOOST_TEST(s.held_sent() == 3u);
+
+  // The island adopts a merge between its request and the reply: the held fragment is the one it
+  // named (round 0, which the syncer matched), not the one it adopted meanwhile.
+  {
+    SyncerCore fresh(t.plan, init, sgd_settings(2, 1));
+    IslandCore racing(t.layout, t.plan, is, AdamWConfig{}, init);
+    const auto named = racing.holds();
+    BOOST_REQUIRE(racing.adopt(0, 5, std::vector<float>(t.plan.size(0), 0.25f)));
+    racing.settle();
+    BOOST_REQUIRE(racing.global(0)[0] == 0.25f);
+    const auto late = fresh.join_reply(0, false, nullptr, named);
+    BOOST_REQUIRE(late.fragments[0].header.held);
+    racing.heal(late, false);
+    std::vector<float> start(t.plan.size(0)), now(t.plan.size(0));
+    t.plan.gather<float>(0, init, start);
+    t.plan.gather<float>(0, racing.params(), now);
+    BOOST_TEST((now == start));
+    BOOST_TEST((std::vector<float>(racing.global(0).begin(), racing.global(0).end()) == start));
+    BOOST_TEST(racing.base_round(0) == 0u);
+    const auto rd = heal_digests(t.plan, racing.params(), late, &racing.named());
+    BOOST_TEST(rd.island == rd.global);
+  }
 
   // Another start: nothing matches, every fragment comes whole.
   auto other = init;

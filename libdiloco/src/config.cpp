@@ -229,7 +229,7 @@ std::vector<Field> fields(RunConfig& c) {
        "the syncer's name: its certificate <name>.pem, which sites require to carry this name (subjectAltName or CN)"},
       {"net", "handshake_ms", &c.net.handshake_ms, "a connection that has not completed TLS and proven its identity by then is closed, ms"},
       {"net", "join_interval_ms", &c.net.join_interval_ms,
-       "a site's join requests for one island reach the syncer at most once this often (each is answered with the whole model); later ones wait, the newest kept, ms"},
+       "a site's join requests for one island reach the syncer at most once this often (each may be answered with the whole model); later ones wait, the newest kept, ms"},
       {"net", "pending_per_address", &c.net.pending_per_address,
        "connections still in their handshake from one address; a newcomer past it closes that address's oldest"},
       {"net", "pending_total", &c.net.pending_total, "connections still in their handshake from all addresses together"},

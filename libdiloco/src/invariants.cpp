@@ -35,7 +35,8 @@ std::string faults_name(const Event& f) {
 
 std::uint64_t frame_digest(std::span<const std::byte> frame) { return nonzero(fnv1a(kFnvBasis, frame)); }
 
-HealDigests heal_digests(const FragmentPlan& plan, std::span<const float> params, const JoinReply& reply) {
+HealDigests heal_digests(const FragmentPlan& plan, std::span<const float> params, const JoinReply& reply,
+                         const std::vector<std::vector<float>>* named) {
   std::uint64_t island = kFnvBasis, global = kFnvBasis;
   std::vector<float> mine, theirs;
   for (int p = 0; p < plan.count(); ++p) {
@@ -46,9 +47,11 @@ HealDigests heal_digests(const FragmentPlan& plan, std::span<const float> params
     const auto it = std::find_if(reply.fragments.begin(), reply.fragments.end(),
                                  [p](const FragmentMessage& f) { return f.header.index == static_cast<std::uint32_t>(p); });
     if (it != reply.fragments.end() && it->header.held) {
-      // No values came: the syncer sent none because its Θ_p had the SHA-256 of the fragment the
-      // island named (SyncerCore::join_reply), which is what it holds now.
-      global = fnv(global, mine.data(), n * sizeof(float));
+      // No values came: the syncer's Θ_p had the SHA-256 of the values the island named
+      // (SyncerCore::join_reply), so those are the global fragment it must hold now.
+      const auto i = static_cast<std::size_t>(p);
+      if (named && i < named->size() && (*named)[i].size() == n) global = fnv(global, (*named)[i].data(), n * sizeof(float));
+      else global = fnv(global, "missing", 7);
       continue;
     }
     theirs.resize(n);

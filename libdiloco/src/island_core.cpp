@@ -309,8 +309,12 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
     const int p = static_cast<int>(f.header.index);
     if (p < 0 || p >= plan_->count() || f.data.count != plan_->size(p)) continue;
     const auto i = static_cast<std::size_t>(p);
-    if (f.header.held) values = global_[i];  // the syncer found its Θ_p to be what this island holds
-    else if (values.resize(f.data.count); !decode(EncodedView(f.data), std::span<float>(values))) continue;
+    if (f.header.held) {  // the syncer found its Θ_p to be the values this island named
+      if (i >= named_.size() || named_[i].size() != f.data.count) continue;
+      values = named_[i];
+    } else if (values.resize(f.data.count); !decode(EncodedView(f.data), std::span<float>(values))) {
+      continue;
+    }
     if (!keep_local) plan_->scatter(p, values, writable());
     global_[i] = values;
     base_round_[i] = f.header.base_round;
@@ -342,10 +346,11 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
   }
 }
 
-std::vector<std::vector<std::byte>> IslandCore::holds() const {
+std::vector<std::vector<std::byte>> IslandCore::holds() {
   std::vector<std::vector<std::byte>> out;
   out.reserve(global_.size());
-  for (const auto& g : global_) {
+  named_ = global_;
+  for (const auto& g : named_) {
     const auto d = sha256(std::span<const float>(g));
     out.emplace_back(d.begin(), d.end());
   }

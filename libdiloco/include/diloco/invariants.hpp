@@ -28,7 +28,10 @@ struct HealDigests {
   std::uint64_t island = 0;
   std::uint64_t global = 0;
 };
-HealDigests heal_digests(const FragmentPlan& plan, std::span<const float> params, const JoinReply& reply);
+/// A fragment the reply marks held counts as `named`'s (IslandCore::named: the values whose
+/// SHA-256 the syncer found its Θ_p to have); without `named`, as missing.
+HealDigests heal_digests(const FragmentPlan& plan, std::span<const float> params, const JoinReply& reply,
+                         const std::vector<std::vector<float>>* named = nullptr);
 
 /// What the checker must know of the run.
 struct InvariantSettings {

@@ -108,7 +108,8 @@ struct JoinRequest {
 /// The largest run time a join request may carry (about 31 years): beyond it the frame is absurd.
 inline constexpr double kMaxRunSeconds = 1e9;
 
-/// The syncer's answer: every global fragment with its round (kind global_params).
+/// The syncer's answer: every global fragment with its round (kind global_params); those the
+/// request named with the digest of their values come marked held, without values.
 struct JoinReply {
   std::vector<FragmentMessage> fragments;
 };
