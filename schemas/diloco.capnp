@@ -91,7 +91,8 @@ struct JoinRequest {
                              # the global fragment the island holds (its fp32 values' bytes), or
                              # empty for none. Where it is the syncer's Θ_p, the reply marks the
                              # fragment held and sends no values (an island started from the
-                             # run's parameters, or re-joining a syncer at the round it holds).
+                             # run's parameters, resumed from its saved state, or re-joining a
+                             # syncer at the round it holds).
                              # Empty list: send every fragment (older peers)
 }
 

@@ -71,8 +71,10 @@ Checkpoint make_state(const Run& r, int islands, std::uint64_t seed) {
     is.params = noise(r.layout().size(), seed + 30 + i);
     is.adam_steps = opt.steps_taken();
     is.step = is.adam_steps + 3 * i;  // island 1 restarted at step 3: its moments are younger
-    if (i == 1)  // progress since the last send, per fragment
+    if (i == 1) {  // progress since the last send, per fragment, and the global fragments it held
       for (int p = 0; p < r.plan.count(); ++p) is.tokens_since.push_back(7 + p), is.steps_since.push_back(1 + p);
+      is.global = noise(r.layout().size(), seed + 90);
+    }
     is.adam_m.assign(opt.m().begin(), opt.m().end());
     is.adam_v.assign(opt.v().begin(), opt.v().end());
     cp.islands.push_back(std::move(is));
@@ -103,6 +105,7 @@ void check_identical(const Checkpoint& a, const Checkpoint& b, bool islands = tr
     BOOST_TEST(same_bits(a.islands[i].params, b.islands[i].params));
     BOOST_TEST(same_bits(a.islands[i].adam_m, b.islands[i].adam_m));
     BOOST_TEST(same_bits(a.islands[i].adam_v, b.islands[i].adam_v));
+    BOOST_TEST(same_bits(a.islands[i].global, b.islands[i].global));  // island 0: none recorded, as files from before
   }
 }
 

@@ -419,13 +419,34 @@ BOOST_AUTO_TEST_CASE(a_join_request_naming_held_fragments_gets_only_those_that_m
     BOOST_TEST(rd.island == rd.global);
   }
 
+  // An island restored from its saved state names the global fragments it held then: a syncer
+  // still at those rounds sends none of them, one past them sends what moved.
+  {
+    IslandCore saved(t.layout, t.plan, is, AdamWConfig{}, init);
+    BOOST_REQUIRE(saved.adopt(0, 1, std::span<const float>(theirs)));
+    saved.settle();
+    const auto state = saved.state();
+    IslandCore restored(t.layout, t.plan, is, AdamWConfig{}, init);
+    BOOST_REQUIRE(restored.restore(state));
+    auto r = s.join_reply(0, true, nullptr, restored.holds());  // s: fragment 0 at round 1 (theirs)
+    BOOST_TEST(r.fragments[0].header.held);
+    BOOST_TEST(r.fragments[1].header.held);
+    IslandState before = state;
+    before.global.clear();  // a state file from before global fragments were saved: the run's start
+    IslandCore old(t.layout, t.plan, is, AdamWConfig{}, init);
+    BOOST_REQUIRE(old.restore(before));
+    r = s.join_reply(0, true, nullptr, old.holds());
+    BOOST_TEST(!r.fragments[0].header.held);
+    BOOST_TEST(r.fragments[1].header.held);
+  }
+
   // Another start: nothing matches, every fragment comes whole.
   auto other = init;
   for (auto& x : other) x += 1.0f;
   IslandCore stranger(t.layout, t.plan, is, AdamWConfig{}, other);
   auto whole = s.join_reply(0, false, nullptr, stranger.holds());
   for (const auto& f : whole.fragments) BOOST_TEST(!f.header.held);
-  BOOST_TEST(s.held_sent() == 3u);
+  BOOST_TEST(s.held_sent() == 6u);  // none more
 }
 
 // ---- lossy broadcasts: the syncer sends the quantised change of Θ̂, islands add it up ----

@@ -126,7 +126,8 @@ Status check_state(const ParamLayout& layout, const FragmentPlan& plan, const Ch
   for (const auto& is : cp.islands) {
     if (is.island < 0 || !ids.insert(is.island).second)
       return mismatch("island id " + std::to_string(is.island) + " is negative or repeated");
-    if (is.params.size() != layout.size() || is.adam_m.size() != layout.size() || is.adam_v.size() != layout.size())
+    if (is.params.size() != layout.size() || is.adam_m.size() != layout.size() || is.adam_v.size() != layout.size() ||
+        (!is.global.empty() && is.global.size() != layout.size()))
       return mismatch("island " + std::to_string(is.island) + " state does not match the model's " + num(layout.size()) + " values");
     if (is.adam_steps < 0) return mismatch("island " + std::to_string(is.island) + " has negative AdamW steps");
     if (is.step < is.adam_steps)
@@ -146,7 +147,7 @@ Status check_state(const ParamLayout& layout, const FragmentPlan& plan, const Ch
   for (int p = 0; p < plan.count(); ++p)
     if (!all_finite(cp.momentum[p])) return nf("momentum of fragment " + num(p));
   for (const auto& is : cp.islands)
-    if (!all_finite(is.params) || !all_finite(is.adam_m) || !all_finite(is.adam_v))
+    if (!all_finite(is.params) || !all_finite(is.adam_m) || !all_finite(is.adam_v) || !all_finite(is.global))
       return nf("island " + std::to_string(is.island) + " state");
   return {};
 }
@@ -168,6 +169,7 @@ std::vector<Blob> blobs_of(const ParamLayout& layout, const FragmentPlan& plan, 
     add_tensors([&](const std::string& n) { return island_name(is.island, "params", n); }, is.params);
     add_tensors([&](const std::string& n) { return island_name(is.island, "adam_m", n); }, is.adam_m);
     add_tensors([&](const std::string& n) { return island_name(is.island, "adam_v", n); }, is.adam_v);
+    if (!is.global.empty()) add_tensors([&](const std::string& n) { return island_name(is.island, "global", n); }, is.global);
   }
   return b;
 }
@@ -538,6 +540,9 @@ Expected<Checkpoint> parse_checkpoint(std::span<const std::byte> file, const Par
       return st.error();
     for (float x : is.adam_v)
       if (x < 0.0f) return corrupt(label + " AdamW v holds a negative second moment");
+    if (!layout.tensors().empty() && by_name.count(island_name(i, "global", layout.tensors().front().name)))
+      if (auto st = take_model([&](const std::string& n) { return island_name(i, "global", n); }, is.global, label + " global fragments"); !st)
+        return st.error();
     if (opt.islands) cp.islands.push_back(std::move(is));
   }
   for (const auto& t : sf->tensors)

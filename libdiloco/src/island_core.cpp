@@ -367,6 +367,8 @@ IslandState IslandCore::state() const {
   s.step = step_;
   s.tokens_since = tokens_;
   s.steps_since = steps_;
+  s.global.resize(params_->size());
+  for (int p = 0; p < plan_->count(); ++p) plan_->scatter(p, global_[static_cast<std::size_t>(p)], s.global);
   return s;
 }
 
@@ -379,6 +381,9 @@ Status IslandCore::restore(const IslandState& s) {
   if (s.params.size() != n || s.adam_m.size() != n || s.adam_v.size() != n)
     return Error{errc::checkpoint_mismatch, "island " + std::to_string(s.island) + "'s state holds " +
                                                 std::to_string(s.params.size()) + " values, the model has " + std::to_string(n)};
+  if (!s.global.empty() && s.global.size() != n)
+    return Error{errc::checkpoint_mismatch, "island " + std::to_string(s.island) + "'s global fragments hold " +
+                                                std::to_string(s.global.size()) + " values, the model has " + std::to_string(n)};
   if (s.adam_steps < 0 || s.step < s.adam_steps || (!s.tokens_since.empty() && s.tokens_since.size() != P) ||
       s.steps_since.size() != s.tokens_since.size())
     return Error{errc::checkpoint_mismatch, "island " + std::to_string(s.island) + "'s step counts do not fit this run"};
@@ -391,6 +396,8 @@ Status IslandCore::restore(const IslandState& s) {
     tokens_ = s.tokens_since;
     steps_ = s.steps_since;
   }
+  if (!s.global.empty())  // what its join names (holds): the syncer sends none it still has
+    for (int p = 0; p < plan_->count(); ++p) plan_->gather<float>(p, s.global, global_[static_cast<std::size_t>(p)]);
   queue_.clear();
   // θ holds progress whose sends, made by the saved island, may still be merged: unknown (any
   // adoption mixes) until the heal that follows, which starts clean (the join keeps θ, so the

@@ -30,6 +30,10 @@ struct IslandState {
   std::vector<std::uint64_t> tokens_since, steps_since;
   std::vector<float> adam_m;  // AdamW::m()
   std::vector<float> adam_v;  // AdamW::v()
+  // The global fragments the island held (IslandCore::global), flat in ParamLayout order: a
+  // resumed island names them in its join (JoinRequest::holds) and is sent none the syncer
+  // still has. Empty: not recorded (files from before; the island names the run's start).
+  std::vector<float> global;
 };
 
 /// What the syncer needs to resume where it stopped.
