@@ -162,7 +162,7 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   const auto got = admit_welcome(self, w);
   if (!got) return false;
   const auto& reply = *got;
-  st.core->heal(reply, /*keep_local=*/false);  // replicas are the server's parameters, always
+  (void)st.core->heal(reply, /*keep_local=*/false);  // replicas are the server's parameters, always (none held)
   if (!reply.fragments.empty()) st.core->resume_at(static_cast<long>(reply.fragments[0].header.base_round));
   count_joined(self);
   auto e = Event::healed(detail::now_s(self), i, st.incarnation, st.core->base_round(0), st.core->step(), rejoin);
@@ -187,7 +187,7 @@ bool take_params(Self self, const WireFrame& w) {
     return false;
   JoinReply r;
   r.fragments.push_back(std::move(fm));
-  st.core->heal(r, false);
+  (void)st.core->heal(r, false);
   st.core->resume_at(static_cast<long>(r.fragments[0].header.base_round));
   return true;
 }

@@ -322,7 +322,14 @@ bool take_welcome(Self self, const WireFrame& w, bool rejoin) {
   const bool keep_local = st.member.keeps_local;
   const auto held = st.core->base_round(0);
   st.core->set_time(detail::now_s(self));
-  st.core->heal(reply, keep_local);
+  if (!st.core->heal(reply, keep_local)) {
+    // A reply to an earlier request: it marks held values this island no longer has.
+    detail::refuse(self, rt, rt.islands[static_cast<std::size_t>(i)].refused,
+                   "island " + std::to_string(i) + ": welcome marks held a fragment whose values it no longer holds (a reply to an earlier join request); asking again",
+                   "stale_held");
+    ask_to_join(self, rejoin);
+    return false;
+  }
   st.member.keeps_local = true;  // later heals of this life keep its progress
   st.left = false;  // the syncer counts on a joining island until it says it finished
   count_joined(self);

@@ -50,7 +50,9 @@ struct Fragment {
                              # Islands read it to rebase and to end their final sync
   held @14 :Bool;            # globalParams in a JoinReply: the island holds these values already
                              # (JoinRequest.holds named their digest): no payload and no scales,
-                             # fp32, `count` values. Refused anywhere else
+                             # fp32, `count` values, and heldDigest. Refused anywhere else
+  heldDigest @15 :Data;      # held: the SHA-256 (32 bytes) the syncer matched, so that the island
+                             # takes the values of that digest (or refuses the reply); else empty
 }
 
 struct FragmentCounters {
@@ -91,8 +93,8 @@ struct JoinRequest {
                              # the global fragment the island holds (its fp32 values' bytes), or
                              # empty for none. Where it is the syncer's Θ_p, the reply marks the
                              # fragment held and sends no values (an island started from the
-                             # run's parameters, resumed from its saved state, or re-joining a
-                             # syncer at the round it holds).
+                             # run's parameters; with fp32 frames, one resumed from its saved
+                             # state or re-joining a syncer at the round it holds).
                              # Empty list: send every fragment (older peers)
 }
 

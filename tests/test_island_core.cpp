@@ -440,6 +440,22 @@ BOOST_AUTO_TEST_CASE(a_join_request_naming_held_fragments_gets_only_those_that_m
     BOOST_TEST(r.fragments[1].header.held);
   }
 
+  // A reply to an earlier request, which named values the island no longer holds (it adopted a
+  // merge and asked again since): refused, nothing changes, the island asks again.
+  {
+    SyncerCore fresh(t.plan, init, sgd_settings(2, 1));
+    IslandCore asked_twice(t.layout, t.plan, is, AdamWConfig{}, init);
+    const auto first = asked_twice.holds();
+    BOOST_REQUIRE(asked_twice.adopt(0, 5, std::vector<float>(t.plan.size(0), 0.25f)));
+    asked_twice.settle();
+    (void)asked_twice.holds();
+    const auto stale = fresh.join_reply(0, false, nullptr, first);
+    BOOST_REQUIRE(stale.fragments[0].header.held);
+    BOOST_TEST(!asked_twice.heal(stale, false));
+    BOOST_TEST(asked_twice.global(0)[0] == 0.25f);
+    BOOST_TEST(asked_twice.base_round(0) == 5u);
+  }
+
   // Another start: nothing matches, every fragment comes whole.
   auto other = init;
   for (auto& x : other) x += 1.0f;

@@ -513,11 +513,13 @@ BOOST_AUTO_TEST_CASE(held_fragments_round_trip_and_malformed_ones_are_refused) {
   held.header.index = 1;
   held.header.base_round = 4;
   held.header.held = true;
+  held.header.held_digest = d;
   held.data.count = 100;
   auto r = decode_message(encode_message(JoinReply{{held}}));
   BOOST_TEST_REQUIRE(r.has_value());
   const auto& f = std::get<JoinReply>(*r).fragments.at(0);
   BOOST_TEST(f.header.held);
+  BOOST_TEST((f.header.held_digest == d));
   BOOST_TEST(f.data.count == 100u);
   BOOST_TEST(f.data.payload.empty());
 
@@ -530,6 +532,28 @@ BOOST_AUTO_TEST_CASE(held_fragments_round_trip_and_malformed_ones_are_refused) {
   BOOST_TEST_REQUIRE(!bad.has_value());
   BOOST_TEST(to_string(bad.error().code) == to_string(errc::malformed));
   BOOST_TEST_MESSAGE(bad.error().message());
+  {  // held, without the digest the syncer matched
+    capnp::MallocMessageBuilder b;
+    auto env = b.initRoot<schema::Envelope>();
+    env.setVersion(protocol_version);
+    auto fr = env.initJoinReply().initFragments(1)[0];
+    fr.setKind(schema::FragmentKind::GLOBAL_PARAMS);
+    fr.setIsland(syncer_id);
+    fr.setCount(100);
+    fr.setHeld(true);
+    auto words = capnp::messageToFlatArray(b);
+    auto bytes = words.asBytes();
+    bad = decode_message(std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.begin()), bytes.size()));
+    BOOST_TEST_REQUIRE(!bad.has_value());
+    BOOST_TEST(to_string(bad.error().code) == to_string(errc::malformed));
+    fr.setHeld(false);  // a digest on a fragment that carries its values
+    fr.setHeldDigest(kj::arrayPtr(reinterpret_cast<const kj::byte*>(d.data()), d.size()));
+    words = capnp::messageToFlatArray(b);
+    bytes = words.asBytes();
+    bad = decode_message(std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.begin()), bytes.size()));
+    BOOST_TEST_REQUIRE(!bad.has_value());
+    BOOST_TEST(bad.error().message().find("held digest") != std::string::npos);
+  }
   auto delta = held;  // only global_params may be held
   delta.header.kind = FragmentKind::global_delta;
   bad = decode_message(encode_message(JoinReply{{delta}}));

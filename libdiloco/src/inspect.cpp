@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <cstring>
 #include <sstream>
 #include <variant>
@@ -21,6 +22,16 @@ std::string fmt(const char* f, double x) {
   return b;
 }
 
+std::string hex(std::span<const std::byte> bytes) {
+  std::string s;
+  for (std::byte b : bytes) {
+    char h[3];
+    std::snprintf(h, sizeof h, "%02x", static_cast<unsigned>(b));
+    s += h;
+  }
+  return s;
+}
+
 void describe_fragment(std::ostringstream& o, const FragmentMessage& m, const std::string& indent) {
   const auto& h = m.header;
   const auto& d = m.data;
@@ -29,7 +40,7 @@ void describe_fragment(std::ostringstream& o, const FragmentMessage& m, const st
   if (h.kind == FragmentKind::global_delta) o << " (from round " << h.from_round << ")";
   o << ", tokens " << h.tokens << ", steps " << h.steps << "\n";
   if (h.held) {
-    o << indent << d.count << " values held by the island already (its digest matched): none sent\n";
+    o << indent << d.count << " values held by the island already (SHA-256 " << hex(h.held_digest) << "): none sent\n";
     return;
   }
   o << indent << "encoding " << to_string(d.params.encoding);
@@ -75,13 +86,7 @@ std::string describe_message(const Message& m, std::size_t frame_bytes) {
             << (msg.keeps_local ? ", keeps its parameters" : "") << "\n";
           for (std::size_t p = 0; p < msg.holds.size(); ++p) {
             if (msg.holds[p].empty()) continue;
-            o << "    holds fragment " << p << ": SHA-256 ";
-            for (std::byte b : msg.holds[p]) {
-              char hex[3];
-              std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned>(b));
-              o << hex;
-            }
-            o << "\n";
+            o << "    holds fragment " << p << ": SHA-256 " << hex(msg.holds[p]) << "\n";
           }
         } else if constexpr (std::is_same_v<T, JoinReply>) {
           o << "  " << msg.fragments.size() << " global fragments\n";

@@ -300,18 +300,29 @@ void IslandCore::apply_ready() {
   }
 }
 
-void IslandCore::heal(const JoinReply& reply, bool keep_local) {
+bool IslandCore::heal(const JoinReply& reply, bool keep_local) {
+  // The values of each held fragment, found before anything changes: all or nothing.
+  std::vector<const std::vector<float>*> held(reply.fragments.size(), nullptr);
+  for (std::size_t k = 0; k < reply.fragments.size(); ++k) {
+    const auto& h = reply.fragments[k].header;
+    if (!h.held || h.index >= global_.size()) continue;
+    const auto i = static_cast<std::size_t>(h.index);
+    if (i < named_.size() && named_digest_[i] == h.held_digest) held[k] = &named_[i];
+    else if (sha256(std::span<const float>(global_[i])) == h.held_digest) held[k] = &global_[i];
+    else return false;
+  }
   queue_.clear();
   std::vector<float> values;
   for (const auto& f : reply.fragments)
     if (const auto e = static_cast<std::uint32_t>(f.header.seq >> 32)) epoch_ = e;
-  for (const auto& f : reply.fragments) {
+  for (std::size_t k = 0; k < reply.fragments.size(); ++k) {
+    const auto& f = reply.fragments[k];
     const int p = static_cast<int>(f.header.index);
     if (p < 0 || p >= plan_->count() || f.data.count != plan_->size(p)) continue;
     const auto i = static_cast<std::size_t>(p);
-    if (f.header.held) {  // the syncer found its Θ_p to be the values this island named
-      if (i >= named_.size() || named_[i].size() != f.data.count) continue;
-      values = named_[i];
+    if (f.header.held) {  // the syncer found its Θ_p to have the digest of values this island holds
+      if (!held[k] || held[k]->size() != f.data.count) continue;
+      values = *held[k];
     } else if (values.resize(f.data.count); !decode(EncodedView(f.data), std::span<float>(values))) {
       continue;
     }
@@ -344,14 +355,16 @@ void IslandCore::heal(const JoinReply& reply, bool keep_local) {
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();
   }
+  return true;
 }
 
 std::vector<std::vector<std::byte>> IslandCore::holds() {
   std::vector<std::vector<std::byte>> out;
   out.reserve(global_.size());
   named_ = global_;
+  named_digest_.clear();
   for (const auto& g : named_) {
-    const auto d = sha256(std::span<const float>(g));
+    const auto d = named_digest_.emplace_back(sha256(std::span<const float>(g)));
     out.emplace_back(d.begin(), d.end());
   }
   return out;

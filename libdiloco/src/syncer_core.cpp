@@ -511,11 +511,12 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
     m.header.seq = std::uint64_t{epoch} << 32;  // the island numbers its sends from here
     const auto pi = static_cast<std::size_t>(p);
     if (pi < holds.size() && holds[pi].size() == std::tuple_size_v<Sha256> &&
-        std::ranges::equal(holds[pi], sha256(std::span<const float>(theta_)))) {
-      m.header.held = true;  // the island holds Θ_p: no values, only their number
+        std::ranges::equal(holds[pi], m.header.held_digest = sha256(std::span<const float>(theta_)))) {
+      m.header.held = true;  // the island holds Θ_p: no values, only their number and digest
       m.data.count = theta_.size();
       ++held_sent_;
     } else {
+      m.header.held_digest = {};
       m.data = encode(CodecParams{}, theta_).value();  // fp32: the heal is exact
     }
     if (Sent* s = sent(p, island)) {

@@ -100,6 +100,7 @@ void fill_header(schema::Fragment::Builder f, const FragmentHeader& h, const Cod
   f.setFromRound(h.from_round);
   f.setSeq(h.seq);
   f.setHeld(h.held);
+  if (h.held) f.setHeldDigest(kj::arrayPtr(reinterpret_cast<const kj::byte*>(h.held_digest.data()), h.held_digest.size()));
   if (!h.merged_seq.empty()) {
     auto ms = f.initMergedSeq(static_cast<unsigned>(h.merged_seq.size()));
     for (unsigned i = 0; i < h.merged_seq.size(); ++i) ms.set(i, h.merged_seq[i]);
@@ -293,14 +294,20 @@ Expected<FragmentMessage> read_fragment_message(schema::Fragment::Reader f, cons
   m.data.count = raw->count;
   if (auto st = read_scales(f, *raw, m.data.scales); !st) return st.error();
   auto payload = payload_of(f);
+  const auto digest = f.getHeldDigest();
   if (m.header.held) {  // the island's own values stand for these: nothing to read or check
-    if (m.header.kind != FragmentKind::global_params || m.data.params.encoding != Encoding::fp32 || !payload.empty())
+    if (m.header.kind != FragmentKind::global_params || m.data.params.encoding != Encoding::fp32 || !payload.empty() ||
+        digest.size() != m.header.held_digest.size())
       return Error{errc::malformed, "fragment " + num(m.header.index) + " is marked held but is a " +
                                         std::string(to_string(m.header.kind)) + " in " +
                                         std::string(to_string(m.data.params.encoding)) + " with " + num(payload.size()) +
-                                        " payload bytes (held: global_params, fp32, no payload)"};
+                                        " payload bytes and a digest of " + num(digest.size()) +
+                                        " (held: global_params, fp32, no payload, a 32-byte SHA-256)"};
+    std::memcpy(m.header.held_digest.data(), digest.begin(), digest.size());
     return m;
   }
+  if (digest.size() != 0)
+    return Error{errc::malformed, "fragment " + num(m.header.index) + " carries a held digest but is not marked held"};
   EncodedView view(m.data.params, m.data.count, m.data.scales, payload);
   if (auto st = validate(view); !st) return st.error();
   if (!has_scales(m.data.params.encoding)) {  // scaled encodings are finite by validate()

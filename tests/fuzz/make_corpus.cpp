@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
         encode_message(JoinRequest{3, 2, false, 0.0, {std::vector<std::byte>(d.begin(), d.end()), {}}}));
     FragmentMessage held{FragmentHeader{FragmentKind::global_params, syncer_id, 0, 7, 0, 0}, Encoded{}};
     held.header.held = true;
+    held.header.held_digest = d;
     held.data.count = 24;
     put("wire_message", "join_reply_with_a_held_fragment", encode_message(JoinReply{{held, gm}}));
   }

@@ -171,18 +171,20 @@ public:
   /// Heals from the syncer's current fragments: a fresh island (keep_local = false) takes them
   /// as its parameters; a running island re-joining a restarted syncer (keep_local = true)
   /// keeps its parameters and only re-bases (Θ_p and base round), so its progress is resent.
-  /// A fragment the reply marks held (FragmentHeader::held) takes the values whose digest the
-  /// island's last request named (holds()), whatever it adopted since; one it named nothing for
-  /// is skipped, as a fragment that does not decode.
-  void heal(const JoinReply& reply, bool keep_local);
+  /// A fragment the reply marks held (FragmentHeader::held) takes the values of the digest the
+  /// syncer matched: those the island's last request named (holds()), whatever it adopted since,
+  /// or else its global fragment now. Returns false, changing nothing, when it holds neither (a
+  /// reply to an earlier request): the island must ask again.
+  bool heal(const JoinReply& reply, bool keep_local);
   /// For a join request (JoinRequest::holds): the SHA-256 of each global fragment the island
-  /// holds now (global(p): the run's start until its first heal, then the last it adopted). The
+  /// holds now (global(p): the run's start, or its saved state's, until its first heal, then the
+  /// last it adopted). The
   /// values are kept until the reply, for the island may adopt a queued merge meanwhile.
   std::vector<std::vector<std::byte>> holds();
   /// The values the last holds() named, per fragment (heal_digests checks a held heal against
   /// them); drop_named() frees them once the heal is checked.
   const std::vector<std::vector<float>>& named() const { return named_; }
-  void drop_named() { named_ = {}; }
+  void drop_named() { named_ = {}, named_digest_ = {}; }
 
   /// Applies every queued adoption now, whatever its τ: an island that trained its budget takes
   /// no further step to wait for, and its last outer gradients must be relative to the newest
@@ -249,6 +251,7 @@ private:
   std::uint64_t tokens_total_ = 0;
   std::vector<std::vector<float>> global_;   // Θ_p of the base round
   std::vector<std::vector<float>> named_;    // per fragment: the values the last holds() named
+  std::vector<Sha256> named_digest_;         // and their SHA-256
   std::vector<std::uint64_t> base_round_, tokens_, steps_;
   std::vector<std::uint64_t> sent_tokens_, sent_steps_;  // the counters of the last send per fragment
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)

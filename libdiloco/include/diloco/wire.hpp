@@ -54,6 +54,8 @@ struct FragmentHeader {
   /// global_params in a JoinReply: the island holds these values already (JoinRequest::holds
   /// named their SHA-256): no values are sent, `count` still says how many. Refused anywhere else.
   bool held = false;
+  /// held: the SHA-256 the syncer matched (the island takes the values of that digest).
+  Sha256 held_digest{};
 };
 
 struct FragmentMessage {
