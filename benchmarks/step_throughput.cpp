@@ -17,8 +17,13 @@
 // One more column trains the chip with the library's AdamW as the runtime's chips run it (global
 // gradient norm, clipping at 1.0, the schedule): what a run of `diloco` gets per step.
 //
-//   step_throughput [--batch 8] [--steps 50] [--warmup 5] [--rounds 5] [--n_embd 128]
-//                   [--n_layer 4] [--n_head 4] [--seq_len 64] [--no-torch] [--no-eigen-gemm]
+//   step_throughput [--widths 128,256,512 | --n_embd C] [--batch 8] [--steps 50] [--warmup 5]
+//                   [--rounds 5] [--n_layer 4] [--n_head 4] [--seq_len 64] [--no-torch]
+//                   [--no-eigen-gemm]
+//
+// Without --n_embd it sweeps the widths (128, 256 and 512 by default): it runs itself once per
+// width (each run as above, its columns side by side in time) and ends with a table of the ratios
+// and the fractions of SGEMM against the targets. With --n_embd it measures that one width.
 //
 // The last line of output is one JSON object (for scripts); everything above it is for people.
 // GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 packet code.
@@ -72,7 +77,22 @@ struct Options {
   bool torch = true;
   bool eigen_gemm = true;  // also run the chip on Eigen's GEMM (DILOCO_GEMM=eigen), in a child
   diloco::ModelConfig model;  // defaults: C=128, L=4, NH=4, T=64
+  std::vector<int> widths{128, 256, 512};  // swept unless --n_embd names one width
+  bool one_width = false;
 };
+
+std::vector<int> parse_widths(const std::string& list) {
+  std::vector<int> w;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    const bool digits = !item.empty() && item.size() <= 6 &&
+                        std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c); });
+    if (!digits || std::stoi(item) < 1) throw std::invalid_argument("--widths: '" + item + "' is not a width");
+    w.push_back(std::stoi(item));
+  }
+  if (w.empty()) throw std::invalid_argument("--widths needs at least one width");
+  return w;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -86,15 +106,21 @@ Options parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = value();
     else if (a == "--warmup") o.warmup = value();
     else if (a == "--rounds") o.rounds = value();
-    else if (a == "--n_embd") o.model.n_embd = value();
+    else if (a == "--n_embd") {
+      o.model.n_embd = value();
+      o.one_width = true;
+    } else if (a == "--widths") {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      o.widths = parse_widths(argv[++i]);
+    }
     else if (a == "--n_layer") o.model.n_layer = value();
     else if (a == "--n_head") o.model.n_head = value();
     else if (a == "--seq_len") o.model.seq_len = value();
     else if (a == "--no-torch") o.torch = false;
     else if (a == "--no-eigen-gemm") o.eigen_gemm = false;
     else if (a == "--help" || a == "-h") {
-      std::puts("step_throughput [--batch N] [--steps N] [--warmup N] [--rounds N] [--n_embd C] [--n_layer L]"
-                " [--n_head NH] [--seq_len T] [--no-torch] [--no-eigen-gemm]");
+      std::puts("step_throughput [--widths C,C,... | --n_embd C] [--batch N] [--steps N] [--warmup N] [--rounds N]"
+                " [--n_layer L] [--n_head NH] [--seq_len T] [--no-torch] [--no-eigen-gemm]");
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown flag " + a);
@@ -102,6 +128,10 @@ Options parse(int argc, char** argv) {
   }
   if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.rounds < 1 || o.rounds > o.steps)
     throw std::invalid_argument("--batch and --steps must be >= 1, --warmup >= 0, 1 <= --rounds <= --steps");
+  if (o.model.n_head < 1) throw std::invalid_argument("--n_head must be >= 1");
+  for (int c : o.one_width ? std::vector<int>{o.model.n_embd} : o.widths)
+    if (c % o.model.n_head != 0)
+      throw std::invalid_argument("width " + std::to_string(c) + " is not divisible by --n_head " + std::to_string(o.model.n_head));
   return o;
 }
 
@@ -396,6 +426,93 @@ std::unique_ptr<diloco::Model> torchscript_model(const Options& o, std::string& 
 
 }  // namespace
 
+/// A number of one run's JSON line ("key":value), if it is there and not null.
+std::optional<double> json_number(const std::string& line, const std::string& key) {
+  const auto pos = line.find("\"" + key + "\":");
+  if (pos == std::string::npos) return std::nullopt;
+  const char* start = line.c_str() + pos + key.size() + 3;
+  char* end = nullptr;
+  const double v = std::strtod(start, &end);
+  if (end == start) return std::nullopt;
+  return v;
+}
+
+/// The sweep: this program once per width (--n_embd W, every other flag as given), its output
+/// passed through, then one table of the widths against the targets: the chip >= 1.5x PyTorch
+/// eager up to C = 256 and >= 1.15x above, >= 80% of SGEMM from C = 256, the TorchScript chip
+/// within 10% of PyTorch eager (>= 0.9x).
+int sweep(const Options& o) {
+  const std::string self = "/proc/" + std::to_string(getpid()) + "/exe";  // this very file, no quoting needed
+  std::string flags = " --batch " + std::to_string(o.batch) + " --steps " + std::to_string(o.steps) + " --warmup " +
+                      std::to_string(o.warmup) + " --rounds " + std::to_string(o.rounds) + " --n_layer " +
+                      std::to_string(o.model.n_layer) + " --n_head " + std::to_string(o.model.n_head) +
+                      " --seq_len " + std::to_string(o.model.seq_len);
+  if (!o.torch) flags += " --no-torch";
+  if (!o.eigen_gemm) flags += " --no-eigen-gemm";
+  struct Row {
+    int c;
+    std::string json;
+  };
+  std::vector<Row> rows;
+  bool failed = false;
+  for (int c : o.widths) {
+    const std::string cmd = self + flags + " --n_embd " + std::to_string(c) + " 2>&1";
+    std::printf("== C = %d: %s\n", c, cmd.c_str());
+    std::fflush(stdout);
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::string last, line;
+    char buf[4096];
+    while (pipe && std::fgets(buf, sizeof buf, pipe)) {
+      std::fputs(buf, stdout);
+      line += buf;
+      if (line.back() != '\n') continue;  // a line longer than the buffer comes in pieces
+      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+      if (!line.empty()) last = line;
+      line.clear();
+    }
+    if (!line.empty()) last = line;
+    std::fflush(stdout);
+    const bool ok = pipe && pclose(pipe) == 0 && last.rfind("{", 0) == 0;
+    if (!ok) {
+      std::printf("step_throughput: the run at C = %d failed; its row stays empty\n", c);
+      failed = true;
+      last = "{}";
+    }
+    rows.push_back({c, last});
+  }
+  auto shown = [](std::optional<double> v, const char* fmt) {
+    if (!v) return std::string("-");
+    char b[32];
+    std::snprintf(b, sizeof b, fmt, *v);
+    return std::string(b);
+  };
+  auto verdict = [](std::optional<double> v, double target) { return !v ? "" : *v >= target ? " met" : " NOT met"; };
+  std::printf("\nsweep (L = %d, T = %d, batch %d, one thread; ratios over slices side by side in time)\n", o.model.n_layer,
+              o.model.seq_len, o.batch);
+  std::printf("  %5s %10s %10s %10s %10s  %-22s %-18s %-20s\n", "C", "chip tok/s", "torch", "TorchScr.", "SGEMM",
+              "chip / PyTorch", "% of SGEMM", "TorchScript / PyTorch");
+  std::string json = "{\"benchmark\":\"step_throughput_sweep\",\"widths\":[";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const auto chip = json_number(r.json, "tokens_per_s"), torch = json_number(r.json, "torch_tokens_per_s"),
+               ts = json_number(r.json, "torchscript_tokens_per_s"), ratio = json_number(r.json, "ratio"),
+               ts_ratio = json_number(r.json, "torchscript_ratio"), frac = json_number(r.json, "peak_fraction"),
+               sgemm = json_number(r.json, "sgemm_gflops");
+    const double speed_target = r.c <= 256 ? 1.5 : 1.15;
+    const auto pct = frac ? std::optional<double>(100.0 * *frac) : std::nullopt;
+    const std::string ratio_cell = shown(ratio, "%.2fx") + (ratio ? " (>= " + shown(speed_target, "%.2f") + ")" : "") +
+                                   verdict(ratio, speed_target);
+    const std::string frac_cell = shown(pct, "%.1f%%") + (r.c >= 256 ? verdict(pct, 80.0) : "");
+    const std::string ts_cell = shown(ts_ratio, "%.2fx") + verdict(ts_ratio, 0.9);
+    std::printf("  %5d %10s %10s %10s %10s  %-22s %-18s %-20s\n", r.c, shown(chip, "%.0f").c_str(),
+                shown(torch, "%.0f").c_str(), shown(ts, "%.0f").c_str(), shown(sgemm, "%.1f").c_str(),
+                ratio_cell.c_str(), frac_cell.c_str(), ts_cell.c_str());
+    json += (i ? "," : "") + r.json;
+  }
+  std::printf("%s]}\n", json.c_str());
+  return failed ? 2 : 0;
+}
+
 /// OpenBLAS picks its kernels and blocking from OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE while it
 /// loads, so a machine that sets them runs another CPU's kernels. This process restarts once
 /// without them, so the chip, the TorchScript chip, the SGEMM figure and the PyTorch command (whose
@@ -415,6 +532,7 @@ void restart_without_openblas_overrides(char** argv) {
 int main(int argc, char** argv) try {
   restart_without_openblas_overrides(argv);
   const Options o = parse(argc, argv);
+  if (!o.one_width) return sweep(o);
   diloco::ModelConfig cfg = o.model;
   cfg.kind = "gpt";
   const int T = cfg.seq_len, B = o.batch;

@@ -81,7 +81,7 @@ std::vector<Field> fields(RunConfig& c) {
       {"model", "path", &c.model.path,
        "torchscript: the .pt file (torch.jit.script(m).save(path)) whose forward(inputs, targets) returns the mean loss"},
       {"model", "device", &c.model.device,
-       "torchscript: \"cpu\"; \"cuda:N\" only where libtorch was built with CUDA (only the CPU path is tested)"},
+       "torchscript: \"cpu\", or \"cuda:N\" where libtorch has CUDA and sees GPU N (refused otherwise; only the CPU path is tested)"},
       {"model", "options", &c.model.options,
        "settings of an app's registered model, passed to its factory as text, e.g. { classes = 10 } (the built-in "
        "kinds take none)"},

@@ -1,8 +1,8 @@
 #!/bin/sh
 # `diloco` loads libtorch only for a run whose model.kind is "torchscript": a command that does not
 # use it starts without libtorch in the process; a decoupled run on TorchScript chips (the tiny GPT
-# that make_torch_modules.py exports) loads the backend and trains; a missing module file is
-# refused under model.path.
+# that make_torch_modules.py exports) loads the backend and trains; a missing module file and, in
+# `diloco check`, a forward returning per-token losses are refused under model.path.
 # usage: torch_app_test.sh DILOCO MODULES_DIR CONFIG
 set -eu
 diloco=$1
@@ -31,4 +31,12 @@ awk -v a="$first" -v b="$final" 'BEGIN { exit !(b < a) }' || { echo "FAIL: the l
 "$diloco" run "$config" --set 'model.kind="torchscript"' --set 'model.path="/nonexistent/m.pt"' >"$tmp/missing" 2>&1 || true
 grep -q "model.path: no file '/nonexistent/m.pt'" "$tmp/missing" || {
   tail -5 "$tmp/missing"; echo "FAIL: a missing module was not refused under model.path"; exit 1; }
+# A forward that returns per-token losses is refused by the configuration's check (the model is
+# built once, forward probed), before any actor starts.
+printf '[model]\nkind = "torchscript"\npath = "%s"\nseq_len = 16\n' "$modules/per_token.pt" >"$tmp/per_token.toml"
+if "$diloco" check "$tmp/per_token.toml" >"$tmp/check" 2>&1; then
+  cat "$tmp/check"; echo "FAIL: diloco check accepted a forward that returns per-token losses"; exit 1
+fi
+grep -q "model.path: .*forward must return the mean loss as a scalar" "$tmp/check" || {
+  tail -5 "$tmp/check"; echo "FAIL: diloco check did not name model.path and the reason"; exit 1; }
 echo PASS

@@ -1,7 +1,8 @@
 // Chips that run PyTorch models: model.kind = "torchscript" loads a TorchScript module
 // (torch.jit.script(m).save(path)) whose forward(inputs, targets) returns the mean loss. Its named
-// parameters become the model's layout, bound as views over the island's flat parameter buffer,
-// so fragments, codecs, merges and checkpoints work unchanged. Built as its own target
+// parameters become the model's layout, bound as views over the island's flat parameter buffer
+// (copied to the device and back per step where model.device is "cuda:N"), so fragments, codecs,
+// RDA, merges and checkpoints work unchanged. Built as its own target
 // (diloco::torch, when libtorch is found); no torch header is reached through this one.
 #pragma once
 
