@@ -196,13 +196,14 @@ bool take_params(Self self, const WireFrame& w) {
 // Each handles every message of the replica's protocol: one it does not expect is ignored (an
 // unhandled one would send its sender an error that ends it).
 
-/// Joining: waits for the server's welcome (asking again on a timer while there is none).
+/// Joining: waits for the server's welcome (asking again on a timer while there is none, and a
+/// moment after a refused welcome).
 caf::behavior joining(Self self) {
   watch(self, false);
   return {
       [=](join_atom) { retry_join(self, false); },
       [=](welcome_atom, const WireFrame& w) {
-        if (!take_welcome(self, w, /*rejoin=*/false)) return;
+        if (!take_welcome(self, w, /*rejoin=*/false)) return ask_again_later(self);
         self->become(training(self));
         next_step(self);
       },

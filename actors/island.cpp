@@ -364,14 +364,15 @@ bool take_broadcast(Self self, const WireFrame& w, bool after_next_step) {
 // Each handles every message of the island's protocol: one it does not expect is ignored (an
 // unhandled one would send its sender an error that ends it).
 
-/// Joining: waits for the syncer's welcome (asking again on a timer while there is none); the
+/// Joining: waits for the syncer's welcome (asking again on a timer while there is none, and a
+/// moment after a refused welcome); the
 /// first JoinReply heals the island and training begins.
 caf::behavior joining(Self self) {
   watch(self, false);
   return {
       [=](join_atom) { retry_join(self, false); },
       [=](welcome_atom, const WireFrame& w) {
-        if (!take_welcome(self, w, /*rejoin=*/false)) return;
+        if (!take_welcome(self, w, /*rejoin=*/false)) return ask_again_later(self);
         self->become(training(self));
         next_step(self);
       },

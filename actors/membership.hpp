@@ -93,6 +93,20 @@ void retry_join(caf::stateful_actor<State>* self, bool after_next_step) {
   st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step, State::names_holds ? st.core.get() : nullptr);
 }
 
+/// A joining unit whose welcome was refused (a frame that does not decode, one of a deposed
+/// leader's term, or one marking held what the island no longer holds) asks again a moment later:
+/// the reply it waited for will not come, and nothing else would make it ask (a training unit
+/// asks at its next missed round). A request already under way (stale_held asks at once) is
+/// left alone, so each refused welcome adds at most one request.
+inline constexpr double kAskAgainAfterRefusal_s = 0.05;
+template <class State>
+void ask_again_later(caf::stateful_actor<State>* self) {
+  auto& m = self->state.member;
+  if (m.join_inflight) return;
+  m.join_inflight = true;
+  self->delayed_send(self, detail::micros(kAskAgainAfterRefusal_s), join_atom::value);
+}
+
 /// Down messages outside the chips' work: a dead syncer (or server) is re-joined
 /// (`after_next_step`: see Membership::ask), a dead chip is noted.
 template <class State>

@@ -924,6 +924,40 @@ BOOST_AUTO_TEST_CASE(undecodable_frames_on_every_path_are_counted_and_reported) 
   }
 }
 
+// A joining island (or ddp replica) whose welcome is refused asks again a moment later and joins
+// with the next welcome: the reply to the request it stood for will never come, and nothing else
+// would make it ask. Here island 0 joins through a unit that answers its first request with a
+// frame that does not decode, then routes it to the syncer.
+BOOST_AUTO_TEST_CASE(a_joining_island_asks_again_after_a_refused_welcome) {
+  for (const std::string mode : {"decoupled", "ddp"}) {
+    BOOST_TEST_CONTEXT("train.mode " << mode) {
+      auto c = small_config(2, 1, 2);
+      c.train.mode = *choice_of<TrainMode>(mode);
+      World w(c);
+      int asked = 0;
+      auto rt = w.rt;
+      auto gate = w.sys->spawn([rt, &asked](caf::event_based_actor* self) -> caf::behavior {
+        return {[=, &asked](join_atom, const WireFrame&) {
+          ++asked;
+          self->send(caf::actor_cast<caf::actor>(self->current_sender()), welcome_atom::value,
+                     WireFrame{{0xde, 0xad, 0xbe, 0xef}});
+          rt->dir.set_route({0}, rt->dir.syncer());  // the next request goes to the syncer
+        }};
+      });
+      w.rt->dir.set_route({0}, gate);  // before anything ran: island 0's first request goes here
+      w.settle();
+      BOOST_TEST(asked == 1);
+      int refused = 0;
+      for (const auto& e : w.of(Event::Kind::rejected)) refused += e.detail.rfind("island 0: welcome: ", 0) == 0;
+      BOOST_TEST(refused == 1);
+      BOOST_TEST(w.rt->all_done());  // island 0 asked again, joined and trained its budget
+      BOOST_TEST(w.rt->islands[0].done.load());
+      BOOST_TEST(w.started("island-0", "island") == 1);  // not by a restart
+      caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(syncer_restarted_after_islands_finished_restores_who_finished_and_their_steps) {
   auto c = small_config(2, 1, 2);
   World w(
