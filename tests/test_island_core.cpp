@@ -465,6 +465,51 @@ BOOST_AUTO_TEST_CASE(a_join_request_naming_held_fragments_gets_only_those_that_m
   BOOST_TEST(s.held_sent() == 6u);  // none more
 }
 
+// The syncer hashes Θ_p once per round however many islands join naming what they hold: a commit
+// rehashes its fragment, and a restore forgets every digest (its Θ may differ at a round hashed).
+BOOST_AUTO_TEST_CASE(join_replies_hash_each_fragment_once_per_round) {
+  TwoFragments t;
+  std::mt19937_64 g(12);
+  const auto init = gaussian_vec(t.layout.size(), g, 0.1f);
+  const IslandSettings is{0, SyncSchedule{4, 2}, 0, 0.0, CodecParams{}, true};
+  const auto holds = IslandCore(t.layout, t.plan, is, AdamWConfig{}, init).holds();
+  auto commit_fragment_0 = [&](SyncerCore& s) {
+    FragmentHeader h;
+    h.island = 1;
+    h.index = 0;
+    h.tokens = h.steps = 8;
+    BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, std::vector<float>(t.plan.size(0), 0.5f)).value(), 0.0));
+    BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  };
+  SyncerCore s(t.plan, init, sgd_settings(2, 1));
+  (void)s.join_reply(0, false, nullptr, {});  // a request naming nothing: nothing to match
+  BOOST_TEST(s.fragments_hashed() == 0u);
+  for (int k = 0; k < 4; ++k) {
+    const auto r = s.join_reply(k % 2, false, nullptr, holds);
+    BOOST_TEST((r.fragments[0].header.held && r.fragments[1].header.held));
+  }
+  BOOST_TEST(s.fragments_hashed() == 2u);  // four joins, one hash per fragment
+  commit_fragment_0(s);
+  auto r = s.join_reply(1, false, nullptr, holds);
+  BOOST_TEST(!r.fragments[0].header.held);
+  BOOST_TEST(r.fragments[1].header.held);
+  BOOST_TEST(s.fragments_hashed() == 3u);  // fragment 0 at its new round
+  (void)s.join_reply(0, false, nullptr, holds);
+  BOOST_TEST(s.fragments_hashed() == 3u);
+
+  // Restored from a syncer at the same rounds whose Θ is another: fragment 1 (round 0 in both)
+  // must not match the digest of the values it had before.
+  auto other = init;
+  for (auto& x : other) x += 1.0f;
+  SyncerCore elsewhere(t.plan, other, sgd_settings(2, 1));
+  commit_fragment_0(elsewhere);
+  BOOST_REQUIRE(s.restore(elsewhere.snapshot()).has_value());
+  r = s.join_reply(0, false, nullptr, holds);
+  BOOST_TEST(!r.fragments[0].header.held);
+  BOOST_TEST(!r.fragments[1].header.held);
+  BOOST_TEST(s.fragments_hashed() == 5u);
+}
+
 // ---- lossy broadcasts: the syncer sends the quantised change of Θ̂, islands add it up ----
 
 BOOST_AUTO_TEST_CASE(int4_broadcast_islands_hold_exactly_the_syncers_reconstruction) {

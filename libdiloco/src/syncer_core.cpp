@@ -486,6 +486,19 @@ std::uint64_t SyncerCore::held_round(int p, int island) const {
   return s ? s->round : rounds_[static_cast<std::size_t>(p)];
 }
 
+const Sha256& SyncerCore::digest_at_round(int p) {
+  const auto pi = static_cast<std::size_t>(p);
+  if (digests_.size() != static_cast<std::size_t>(plan_->count())) digests_.assign(static_cast<std::size_t>(plan_->count()), {});
+  auto& d = digests_[pi];
+  if (!d.known || d.round != rounds_[pi]) {
+    theta_.resize(plan_->size(p));
+    plan_->gather<float>(p, params_, theta_);
+    d = {true, rounds_[pi], sha256(std::span<const float>(theta_))};
+    ++hashed_;
+  }
+  return d.digest;
+}
+
 JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>* withdrawn,
                                  std::span<const std::vector<std::byte>> holds) {
   JoinReply r;
@@ -511,7 +524,7 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
     m.header.seq = std::uint64_t{epoch} << 32;  // the island numbers its sends from here
     const auto pi = static_cast<std::size_t>(p);
     if (pi < holds.size() && holds[pi].size() == std::tuple_size_v<Sha256> &&
-        std::ranges::equal(holds[pi], m.header.held_digest = sha256(std::span<const float>(theta_)))) {
+        std::ranges::equal(holds[pi], m.header.held_digest = digest_at_round(p))) {
       m.header.held = true;  // the island holds Θ_p: no values, only their number and digest
       m.data.count = theta_.size();
       ++held_sent_;
@@ -617,6 +630,7 @@ Status SyncerCore::restore(const Checkpoint& cp) {
   if (!merged_tokens) return merged_tokens.error();
   stats_.merged_tokens = *merged_tokens;
   params_ = cp.params;
+  digests_.clear();  // the restored Θ may differ at a round already hashed
   for (std::size_t p = 0; p < P; ++p) {
     const long t = meta->outer_steps[p];
     const int pending = meta->pending_counts[p];

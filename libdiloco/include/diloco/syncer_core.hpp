@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "diloco/checkpoint.hpp"
+#include "diloco/digest.hpp"
 #include "diloco/expected.hpp"
 #include "diloco/fragments.hpp"
 #include "diloco/merge.hpp"
@@ -176,6 +177,8 @@ public:
                        std::span<const std::vector<std::byte>> holds = {});
   /// Fragments join replies marked held (the island held Θ_p already), since the start.
   std::uint64_t held_sent() const { return held_sent_; }
+  /// Fragments join_reply() hashed to match a request's holds: once per fragment and round.
+  std::uint64_t fragments_hashed() const { return hashed_; }
   /// The copies of Θ̂_p the syncer keeps for its islands (lossy frames; 0 with fp32): 1 while
   /// every island was sent the same frames since the same start.
   std::size_t reconstructions(int p) const;
@@ -254,12 +257,24 @@ private:
                                             // below epochs_: its last join kept its parameters
   // h's send is of its island's life since its last fresh join (withdrawn when it re-joins keeping θ)
   bool this_life(const FragmentHeader& h) const;
+  // The SHA-256 of Θ_p now, hashed once per round (digests_); gathers Θ_p into theta_ on a miss.
+  const Sha256& digest_at_round(int p);
   std::vector<RoundState> state_;
   std::vector<bool> finished_;   // [island]: finished training (finish())
   int finished_count_ = 0;
   std::uint64_t finish_changes_ = 0, snapshot_finish_changes_ = 0;
   std::vector<std::uint64_t> last_step_;  // [island]: last local step heard of (heard())
   std::uint64_t held_sent_ = 0;           // join_reply() fragments marked held
+  // [p]: the SHA-256 of Θ_p at `round` (join_reply() matches a request's holds against it). Θ_p
+  // changes only with its round (a commit) or a restore, which forgets them all: one hash per
+  // fragment and round, however many islands join.
+  struct RoundDigest {
+    bool known = false;
+    std::uint64_t round = 0;
+    Sha256 digest{};
+  };
+  std::vector<RoundDigest> digests_;
+  std::uint64_t hashed_ = 0;  // fragments hashed by join_reply() (digests_ misses)
   StepClock clock_;                       // the islands' inner step time (heard(), join_reply())
   Status health_;
   FragmentInbox inbox_;
