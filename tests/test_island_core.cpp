@@ -40,6 +40,17 @@ struct TwoFragments {
   }
 };
 
+/// Island 1's outer gradient of 0.5 everywhere on fragment 0, committed at once (K = 1): fragment
+/// 0 moves to its next round.
+void commit_fragment_0(SyncerCore& s, const FragmentPlan& plan) {
+  FragmentHeader h;
+  h.island = 1;
+  h.index = 0;
+  h.tokens = h.steps = 8;
+  BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, std::vector<float>(plan.size(0), 0.5f)).value(), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+}
+
 Frame global_delta_frame(int sender, std::uint64_t from, std::uint64_t to, std::size_t n, std::uint32_t p = 0) {
   FragmentHeader h;
   h.kind = FragmentKind::global_delta;
@@ -377,12 +388,7 @@ BOOST_AUTO_TEST_CASE(a_join_request_naming_held_fragments_gets_only_those_that_m
   BOOST_TEST(heal_digests(t.plan, same.params(), reply).island != heal_digests(t.plan, same.params(), reply).global);
 
   // Fragment 0 moves (a commit of island 1); the island holding round 0 gets fragment 0 whole.
-  FragmentHeader h;
-  h.island = 1;
-  h.index = 0;
-  h.tokens = h.steps = 8;
-  BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, std::vector<float>(t.plan.size(0), 0.5f)).value(), 0.0));
-  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  commit_fragment_0(s, t.plan);
   IslandCore later(t.layout, t.plan, is, AdamWConfig{}, init);
   auto again = std::get<JoinReply>(*decode_message(encode_message(s.join_reply(0, false, nullptr, later.holds()))));
   BOOST_TEST(!again.fragments[0].header.held);
@@ -473,14 +479,6 @@ BOOST_AUTO_TEST_CASE(join_replies_hash_each_fragment_once_per_round) {
   const auto init = gaussian_vec(t.layout.size(), g, 0.1f);
   const IslandSettings is{0, SyncSchedule{4, 2}, 0, 0.0, CodecParams{}, true};
   const auto holds = IslandCore(t.layout, t.plan, is, AdamWConfig{}, init).holds();
-  auto commit_fragment_0 = [&](SyncerCore& s) {
-    FragmentHeader h;
-    h.island = 1;
-    h.index = 0;
-    h.tokens = h.steps = 8;
-    BOOST_REQUIRE(s.receive(encode_fragment(h, CodecParams{}, std::vector<float>(t.plan.size(0), 0.5f)).value(), 0.0));
-    BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
-  };
   SyncerCore s(t.plan, init, sgd_settings(2, 1));
   (void)s.join_reply(0, false, nullptr, {});  // a request naming nothing: nothing to match
   BOOST_TEST(s.fragments_hashed() == 0u);
@@ -489,7 +487,7 @@ BOOST_AUTO_TEST_CASE(join_replies_hash_each_fragment_once_per_round) {
     BOOST_TEST((r.fragments[0].header.held && r.fragments[1].header.held));
   }
   BOOST_TEST(s.fragments_hashed() == 2u);  // four joins, one hash per fragment
-  commit_fragment_0(s);
+  commit_fragment_0(s, t.plan);
   auto r = s.join_reply(1, false, nullptr, holds);
   BOOST_TEST(!r.fragments[0].header.held);
   BOOST_TEST(r.fragments[1].header.held);
@@ -502,7 +500,7 @@ BOOST_AUTO_TEST_CASE(join_replies_hash_each_fragment_once_per_round) {
   auto other = init;
   for (auto& x : other) x += 1.0f;
   SyncerCore elsewhere(t.plan, other, sgd_settings(2, 1));
-  commit_fragment_0(elsewhere);
+  commit_fragment_0(elsewhere, t.plan);
   BOOST_REQUIRE(s.restore(elsewhere.snapshot()).has_value());
   r = s.join_reply(0, false, nullptr, holds);
   BOOST_TEST(!r.fragments[0].header.held);
