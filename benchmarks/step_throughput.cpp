@@ -191,34 +191,63 @@ double sgemm_gflops(int n, bool chip, double seconds = 1.0) {
   return 2.0 * n * n * n * reps / elapsed / 1e9;
 }
 
+/// A number of one run's JSON line ("key":value), if it is there and not null.
+std::optional<double> json_number(const std::string& line, const std::string& key) {
+  const auto pos = line.find("\"" + key + "\":");
+  if (pos == std::string::npos) return std::nullopt;
+  const char* start = line.c_str() + pos + key.size() + 3;
+  char* end = nullptr;
+  const double v = std::strtod(start, &end);
+  if (end == start) return std::nullopt;
+  return v;
+}
+
+/// What a command printed last: its exit status (-1: it did not start) and its last non-empty
+/// line, read whole however long; with `echo` every line is passed through to stdout as it comes.
+struct CommandOutput {
+  int status = -1;
+  std::string last;
+};
+CommandOutput run_command(const std::string& cmd, bool echo) {
+  CommandOutput r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::string line;
+  char buf[4096];
+  auto end_line = [&] {
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (!line.empty()) r.last = line;
+    line.clear();
+  };
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    if (echo) std::fputs(buf, stdout);
+    line += buf;
+    if (line.back() == '\n') end_line();  // a line longer than the buffer comes in pieces
+  }
+  end_line();
+  if (echo) std::fflush(stdout);
+  r.status = pclose(pipe);
+  return r;
+}
+
 /// Runs `cmd` and returns the number after "tokens_per_s": in its last line, or nothing (with the
 /// reason) if it fails.
 std::optional<double> run_tokens_per_s(const std::string& cmd, const char* who, std::string& note) {
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) {
+  const auto out = run_command(cmd, false);
+  if (out.status == -1) {
     note = std::string("could not start ") + who;
     return std::nullopt;
   }
-  std::string out, last;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) {
-    out += buf;
-    std::string line(buf);
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-    if (!line.empty()) last = line;
-  }
-  const int rc = pclose(pipe);
-  const std::string key = "\"tokens_per_s\":";
-  const auto pos = last.find(key);
-  if (rc != 0 || pos == std::string::npos) {
-    note = std::string(who) + " run failed: " + (last.empty() ? std::string("no output") : last);
+  const auto tokens_per_s = json_number(out.last, "tokens_per_s");
+  if (out.status != 0 || !tokens_per_s) {
+    note = std::string(who) + " run failed: " + (out.last.empty() ? std::string("no output") : out.last);
     return std::nullopt;
   }
-  if (last.find("\"error\"") != std::string::npos) {
-    note = last;
+  if (out.last.find("\"error\"") != std::string::npos) {
+    note = out.last;
     return std::nullopt;
   }
-  return std::strtod(last.c_str() + pos + key.size(), nullptr);
+  return tokens_per_s;
 }
 
 std::vector<std::string> model_args(const Options& o) {
@@ -426,27 +455,13 @@ std::unique_ptr<diloco::Model> torchscript_model(const Options& o, std::string& 
 
 }  // namespace
 
-/// A number of one run's JSON line ("key":value), if it is there and not null.
-std::optional<double> json_number(const std::string& line, const std::string& key) {
-  const auto pos = line.find("\"" + key + "\":");
-  if (pos == std::string::npos) return std::nullopt;
-  const char* start = line.c_str() + pos + key.size() + 3;
-  char* end = nullptr;
-  const double v = std::strtod(start, &end);
-  if (end == start) return std::nullopt;
-  return v;
-}
-
 /// The sweep: this program once per width (--n_embd W, every other flag as given), its output
 /// passed through, then one table of the widths against the targets: the chip >= 1.5x PyTorch
 /// eager up to C = 256 and >= 1.15x above, >= 80% of SGEMM from C = 256, the TorchScript chip
 /// within 10% of PyTorch eager (>= 0.9x).
 int sweep(const Options& o) {
   const std::string self = "/proc/" + std::to_string(getpid()) + "/exe";  // this very file, no quoting needed
-  std::string flags = " --batch " + std::to_string(o.batch) + " --steps " + std::to_string(o.steps) + " --warmup " +
-                      std::to_string(o.warmup) + " --rounds " + std::to_string(o.rounds) + " --n_layer " +
-                      std::to_string(o.model.n_layer) + " --n_head " + std::to_string(o.model.n_head) +
-                      " --seq_len " + std::to_string(o.model.seq_len);
+  std::string flags = " --rounds " + std::to_string(o.rounds);
   if (!o.torch) flags += " --no-torch";
   if (!o.eigen_gemm) flags += " --no-eigen-gemm";
   struct Row {
@@ -456,29 +471,18 @@ int sweep(const Options& o) {
   std::vector<Row> rows;
   bool failed = false;
   for (int c : o.widths) {
-    const std::string cmd = self + flags + " --n_embd " + std::to_string(c) + " 2>&1";
+    Options width = o;
+    width.model.n_embd = c;
+    const std::string cmd = self + model_flags(width) + flags + " 2>&1";
     std::printf("== C = %d: %s\n", c, cmd.c_str());
     std::fflush(stdout);
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::string last, line;
-    char buf[4096];
-    while (pipe && std::fgets(buf, sizeof buf, pipe)) {
-      std::fputs(buf, stdout);
-      line += buf;
-      if (line.back() != '\n') continue;  // a line longer than the buffer comes in pieces
-      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-      if (!line.empty()) last = line;
-      line.clear();
-    }
-    if (!line.empty()) last = line;
-    std::fflush(stdout);
-    const bool ok = pipe && pclose(pipe) == 0 && last.rfind("{", 0) == 0;
-    if (!ok) {
+    auto out = run_command(cmd, true);
+    if (out.status != 0 || out.last.rfind("{", 0) != 0) {
       std::printf("step_throughput: the run at C = %d failed; its row stays empty\n", c);
       failed = true;
-      last = "{}";
+      out.last = "{}";
     }
-    rows.push_back({c, last});
+    rows.push_back({c, out.last});
   }
   auto shown = [](std::optional<double> v, const char* fmt) {
     if (!v) return std::string("-");

@@ -119,6 +119,7 @@ SyncerCore::SyncerCore(const FragmentPlan& plan, std::span<const float> initial,
   last_step_.assign(finished_.size(), 0);
   sent_.resize(P);
   last_frame_.resize(P);
+  digests_.resize(P);
   for (int p = 0; p < plan.count(); ++p) {
     Sent first;  // every island starts from the initial parameters, round 0
     if (lossy()) first.hat = gathered(p);
@@ -486,14 +487,11 @@ std::uint64_t SyncerCore::held_round(int p, int island) const {
   return s ? s->round : rounds_[static_cast<std::size_t>(p)];
 }
 
-const Sha256& SyncerCore::digest_at_round(int p) {
+const Sha256& SyncerCore::digest_at_round(int p, std::span<const float> theta) {
   const auto pi = static_cast<std::size_t>(p);
-  if (digests_.size() != static_cast<std::size_t>(plan_->count())) digests_.assign(static_cast<std::size_t>(plan_->count()), {});
   auto& d = digests_[pi];
   if (!d.known || d.round != rounds_[pi]) {
-    theta_.resize(plan_->size(p));
-    plan_->gather<float>(p, params_, theta_);
-    d = {true, rounds_[pi], sha256(std::span<const float>(theta_))};
+    d = {true, rounds_[pi], sha256(theta)};
     ++hashed_;
   }
   return d.digest;
@@ -524,7 +522,7 @@ JoinReply SyncerCore::join_reply(int island, bool keeps_local, std::vector<int>*
     m.header.seq = std::uint64_t{epoch} << 32;  // the island numbers its sends from here
     const auto pi = static_cast<std::size_t>(p);
     if (pi < holds.size() && holds[pi].size() == std::tuple_size_v<Sha256> &&
-        std::ranges::equal(holds[pi], m.header.held_digest = digest_at_round(p))) {
+        std::ranges::equal(holds[pi], m.header.held_digest = digest_at_round(p, theta_))) {
       m.header.held = true;  // the island holds Θ_p: no values, only their number and digest
       m.data.count = theta_.size();
       ++held_sent_;
@@ -630,7 +628,7 @@ Status SyncerCore::restore(const Checkpoint& cp) {
   if (!merged_tokens) return merged_tokens.error();
   stats_.merged_tokens = *merged_tokens;
   params_ = cp.params;
-  digests_.clear();  // the restored Θ may differ at a round already hashed
+  digests_.assign(P, {});  // the restored Θ may differ at a round already hashed
   for (std::size_t p = 0; p < P; ++p) {
     const long t = meta->outer_steps[p];
     const int pending = meta->pending_counts[p];

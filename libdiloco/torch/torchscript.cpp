@@ -141,26 +141,20 @@ public:
       const bool matrix = t.dim() >= 2;
       layout_.add(name, shape, layer, matrix, matrix && layer == -1);
       slots_.push_back(slot_of(module_, name));
-      initial_.push_back(t.detach());
-      initial_host_.push_back(t.detach().to(torch::kCPU).contiguous().clone());
+      initial_.push_back(t.detach().to(torch::kCPU).contiguous());  // on the CPU: the module's own, no copy
     }
-    bound_.resize(slots_.size());
     // Process-wide: libtorch has one intra-op pool, which every chip of the process shares.
     at::set_num_threads(threads_of(cfg));
     probe();
-    if (!device_.is_cpu()) {
-      // Between steps the module holds its parameters' host copies: no second model on the GPU.
-      initial_ = initial_host_;
-      unbind();
-    }
+    unbind();  // between steps the module holds the host values (on a GPU: no second model there)
   }
 
   const ParamLayout& layout() const override { return layout_; }
 
   /// The module's own parameters as saved: a TorchScript file carries its initialisation.
   void init(std::span<float> params, std::uint64_t) const override {
-    for (std::size_t i = 0; i < initial_host_.size(); ++i) {
-      const auto& t = initial_host_[i];
+    for (std::size_t i = 0; i < initial_.size(); ++i) {
+      const auto& t = initial_[i];
       std::copy_n(t.data_ptr<float>(), t.numel(), params.begin() + static_cast<std::ptrdiff_t>(layout_[i].offset));
     }
   }
@@ -211,13 +205,17 @@ private:
     refuse("model.options.torch_threads", "must be an integer in [1, 256] (got " + it->second + ")");
   }
 
+  /// Tensor i of the layout as a view over the flat buffer at `base` (no copy).
+  torch::Tensor view(float* base, std::size_t i) const {
+    const auto& spec = layout_[i];
+    return torch::from_blob(base + spec.offset, std::vector<std::int64_t>(spec.shape.begin(), spec.shape.end()), torch::kFloat);
+  }
+
   void bind(std::span<const float> params, std::span<float> grads) {
     if (params.size() != layout_.size()) throw std::invalid_argument("torchscript: parameter vector of another layout");
     for (std::size_t i = 0; i < slots_.size(); ++i) {
-      const auto& spec = layout_[i];
-      std::vector<std::int64_t> shape(spec.shape.begin(), spec.shape.end());
       // Read-only in practice: autograd never writes a leaf's data.
-      auto p = torch::from_blob(const_cast<float*>(params.data()) + spec.offset, shape, torch::kFloat);
+      auto p = view(const_cast<float*>(params.data()), i);
       if (!device_.is_cpu()) {
         // On a GPU the island's parameters cross to the device each step (the optimizer and the
         // flat buffer live on the host) and the gradients come back after backward.
@@ -226,34 +224,28 @@ private:
       } else if (!grads.empty()) {
         p.requires_grad_(true);
         // Gradients accumulate in place into this view: the chip's flat gradient buffer.
-        p.mutable_grad() = torch::from_blob(grads.data() + spec.offset, shape, torch::kFloat);
+        p.mutable_grad() = view(grads.data(), i);
       }
-      bound_[i] = p;
       slots_[i].owner.setattr(slots_[i].attr, p);
     }
   }
 
   /// The device's gradients into the chip's flat buffer (a parameter the loss did not use keeps 0).
   void gradients_to_host(std::span<float> grads) {
-    for (std::size_t i = 0; i < bound_.size(); ++i) {
-      const auto& g = bound_[i].grad();
-      if (!g.defined()) continue;
-      const auto& spec = layout_[i];
-      std::vector<std::int64_t> shape(spec.shape.begin(), spec.shape.end());
-      torch::from_blob(grads.data() + spec.offset, shape, torch::kFloat).copy_(g);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const auto g = slots_[i].owner.attr(slots_[i].attr).toTensor().grad();
+      if (g.defined()) view(grads.data(), i).copy_(g);
     }
   }
 
   void unbind() {
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      slots_[i].owner.setattr(slots_[i].attr, initial_[i]);
-      bound_[i] = torch::Tensor();
-    }
+    for (std::size_t i = 0; i < slots_.size(); ++i) slots_[i].owner.setattr(slots_[i].attr, initial_[i]);
   }
 
-  /// One forward pass on a batch of zeros with the module's own parameters, so that a forward
-  /// that returns anything but the mean loss, or that cannot take model.seq_len tokens, is refused
-  /// when the model is built (the configuration's check), not at a chip's first step.
+  /// One forward pass on a row of model.vocab - 1 tokens with the module's own parameters, so that
+  /// a forward that returns anything but the mean loss, or that cannot take model.seq_len tokens
+  /// of those ids, is refused when the model is built (the configuration's check), not at a
+  /// chip's first step.
   void probe() {
     const auto T = static_cast<std::int64_t>(cfg_.seq_len);
     std::error_code ec;
@@ -293,10 +285,8 @@ private:
         in[b * T + t] = batch.tokens[row + static_cast<std::size_t>(t)];
         tg[b * T + t] = batch.tokens[row + static_cast<std::size_t>(t) + 1];
       }
-    return forward(inputs, targets);
+    return checked(call(inputs, targets));
   }
-
-  torch::Tensor forward(const torch::Tensor& inputs, const torch::Tensor& targets) { return checked(call(inputs, targets)); }
 
   c10::IValue call(const torch::Tensor& inputs, const torch::Tensor& targets) {
     return module_.forward({inputs.to(device_), targets.to(device_)});
@@ -318,9 +308,7 @@ private:
   torch::jit::Module module_;
   ParamLayout layout_;
   std::vector<Slot> slots_;
-  std::vector<torch::Tensor> initial_;       // the module's own parameters, on its device
-  std::vector<torch::Tensor> initial_host_;  // their values on the host (init)
-  std::vector<torch::Tensor> bound_;         // the tensors bound for the current step
+  std::vector<torch::Tensor> initial_;  // the module's own parameters' values, on the host
 };
 
 }  // namespace

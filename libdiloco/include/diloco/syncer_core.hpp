@@ -257,8 +257,8 @@ private:
                                             // below epochs_: its last join kept its parameters
   // h's send is of its island's life since its last fresh join (withdrawn when it re-joins keeping θ)
   bool this_life(const FragmentHeader& h) const;
-  // The SHA-256 of Θ_p now, hashed once per round (digests_); gathers Θ_p into theta_ on a miss.
-  const Sha256& digest_at_round(int p);
+  // The SHA-256 of Θ_p now (`theta`: its values, gathered by the caller), hashed once per round.
+  const Sha256& digest_at_round(int p, std::span<const float> theta);
   std::vector<RoundState> state_;
   std::vector<bool> finished_;   // [island]: finished training (finish())
   int finished_count_ = 0;
