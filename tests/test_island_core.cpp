@@ -292,6 +292,38 @@ BOOST_AUTO_TEST_CASE(a_send_withdrawn_at_a_rejoin_gives_its_counters_back_to_the
   BOOST_TEST(a.steps_since(0) == 0u);
 }
 
+// A send to a syncer that died before merging it (a killed leader): the one the island re-joins
+// neither holds it nor merged it, so its counters come back and the next send weighs its steps
+// (before, its tokens were trained but never counted merged). A syncer past the island's round
+// may have merged it: nothing comes back then.
+BOOST_AUTO_TEST_CASE(a_send_lost_with_its_syncer_gives_its_counters_back_at_the_rejoin) {
+  OneChip f(3);
+  auto& [t, g, init, grad, chip] = f;
+  const IslandSettings settings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true};
+  SyncerCore dead(t.plan, init, sgd_settings(2, 1));
+  IslandCore a(t.layout, t.plan, settings, AdamWConfig{}, init);
+  a.heal(dead.join_reply(0), false);
+  auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
+  step();
+  step();
+  (void)a.outer_gradient_frame(0).value();  // 16 tokens in 2 steps, lost with `dead`
+  step();
+  BOOST_TEST(a.tokens_since(0) == 8u);
+  SyncerCore next(t.plan, init, sgd_settings(2, 1));  // a successor at the island's round
+  a.heal(next.join_reply(0, true), true);
+  BOOST_TEST(a.tokens_since(0) == 24u);
+  BOOST_TEST(a.steps_since(0) == 3u);
+  // Sent again; the syncer it re-joins next committed another island's send past its round.
+  (void)a.outer_gradient_frame(0).value();
+  IslandCore b(t.layout, t.plan, IslandSettings{1, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, init);
+  b.heal(next.join_reply(1), false);
+  b.apply_gradient(std::span<const ChipGradient>(&chip, 1));
+  BOOST_REQUIRE(next.receive(b.outer_gradient_frame(0).value(), 0.0));
+  BOOST_REQUIRE_EQUAL(next.poll(0.0).size(), 1u);
+  a.heal(next.join_reply(0, true), true);
+  BOOST_TEST(a.steps_since(0) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(chip_gradients_are_weighted_by_tokens_and_readers_keep_their_copy) {
   Tiny t(2);
   std::vector<float> init(2, 1.0f);

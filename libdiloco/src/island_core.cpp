@@ -327,6 +327,7 @@ bool IslandCore::heal(const JoinReply& reply, bool keep_local) {
       continue;
     }
     if (!keep_local) plan_->scatter(p, values, writable());
+    const auto held_round = base_round_[i];
     global_[i] = values;
     base_round_[i] = f.header.base_round;
     if (!keep_local) tokens_[i] = steps_[i] = 0;
@@ -335,10 +336,19 @@ bool IslandCore::heal(const JoinReply& reply, bool keep_local) {
     // saved island restored), and never past the steps this island took, at most 2^31 tokens
     // each: a reply cannot inflate its weight without bound.
     const auto took = static_cast<std::uint64_t>(std::max(step_, 0L));
-    if (keep_local && sent_seq_[i] != 0 && steps_[i] <= took && f.header.steps <= took - steps_[i] &&
-        within_tokens_per_step(f.header.tokens, f.header.steps, kMaxTokensPerStep)) {
-      tokens_[i] += f.header.tokens;
-      steps_[i] += f.header.steps;
+    if (keep_local && sent_seq_[i] != 0 && f.header.steps > 0) {
+      if (steps_[i] <= took && f.header.steps <= took - steps_[i] &&
+          within_tokens_per_step(f.header.tokens, f.header.steps, kMaxTokensPerStep)) {
+        tokens_[i] += f.header.tokens;
+        steps_[i] += f.header.steps;
+      }
+    } else if (keep_local && sent_seq_[i] != 0 && !sends_settled(p) && f.header.base_round <= held_round) {
+      // The last send, never known merged, died with the syncer it went to: the one answering
+      // neither holds it (it withdrew nothing) nor merged it (it has no round past the one this
+      // island holds). θ carries its progress, and the next send its counters again (the
+      // island's own, bounded when it sent them).
+      tokens_[i] += sent_tokens_[i];
+      steps_[i] += sent_steps_[i];
     }
     sent_at_[i] = -1;
     awaiting_[i] = false;
