@@ -98,6 +98,11 @@ void next_step(Self self) {
   if (st.chips->complete()) send_gradient(self);  // no chip asked: the step is lost
 }
 
+/// A replica that lost its server asks again on a timer, never "after its next step" as an island
+/// does (Membership::ask): it takes no step without the server (one computing or awaiting the
+/// server's parameters would wait for good where the directory still names the dead server).
+constexpr bool kOnATimer = false;
+
 /// The step in flight is lost (a chip died in it, or there is no server to send to): back in
 /// training, do it again shortly.
 void step_again(Self self) {
@@ -146,7 +151,7 @@ void after_step(Self self, bool mine) {
       detail::send_over_link(self, rt, i, true, st.member.syncer, progress_atom::value,
                              detail::to_wire(encode_message(st.core->progress())));
     fire_step_faults(self, rt, i, step);
-    if (!st.member.syncer) ask_to_join(self, true);
+    if (!st.member.syncer) ask_to_join(self, kOnATimer);
   }
   if (rt.budget_spent(step)) return finish(self);
   if (!mine) self->delayed_send(self, detail::micros(0.01), step_atom::value);
@@ -216,11 +221,11 @@ caf::behavior joining(Self self) {
 /// Training, between steps: starts the next one when every chip is up; newer parameters (a step
 /// taken without this replica's gradient) void nothing but move it on.
 caf::behavior training(Self self) {
-  watch(self, true);
+  watch(self, kOnATimer);
   return {
-      [=](join_atom) { retry_join(self, true); },
+      [=](join_atom) { retry_join(self, kOnATimer); },
       [=](welcome_atom, const WireFrame& w) {
-        if (take_welcome(self, w, /*rejoin=*/true)) next_step(self);
+        if (welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); })) next_step(self);
       },
       [=](step_atom) { next_step(self); },
       [=](const ChipResult&) {},  // of a step that is over
@@ -234,9 +239,9 @@ caf::behavior training(Self self) {
 /// parameters end it; `mine` says whether the server's step holds this replica's gradient.
 caf::behavior in_step(Self self, bool mine, const caf::message_handler& chip_replies) {
   return chip_replies.or_else(
-      [=](join_atom) { retry_join(self, true); },
+      [=](join_atom) { retry_join(self, kOnATimer); },
       [=](welcome_atom, const WireFrame& w) {
-        if (!take_welcome(self, w, /*rejoin=*/true)) return;  // the step in flight is void
+        if (!welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); })) return;  // the step in flight is void
         self->become(training(self));
         next_step(self);
       },
@@ -250,7 +255,7 @@ caf::behavior in_step(Self self, bool mine, const caf::message_handler& chip_rep
 /// goes to the server (send_gradient).
 caf::behavior computing(Self self) {
   self->set_down_handler([self](caf::down_msg& m) {
-    if (self->state.member.lost(m)) ask_to_join(self, true);
+    if (self->state.member.lost(m)) ask_to_join(self, kOnATimer);
     else if (self->state.chips->lost(m) && self->state.chips->complete()) send_gradient(self);
   });
   return in_step(self, false, caf::message_handler{[=](const ChipResult& r) {
@@ -261,7 +266,7 @@ caf::behavior computing(Self self) {
 
 /// Awaiting: the gradient is with the server; its parameters of the next step end the step.
 caf::behavior awaiting(Self self) {
-  watch(self, true);
+  watch(self, kOnATimer);
   return in_step(self, true, caf::message_handler{[](const ChipResult&) {}});
 }
 
@@ -270,7 +275,7 @@ caf::behavior done(Self self) {
   watch(self, false);
   return {
       [=](join_atom) { retry_join(self, false); },
-      [=](welcome_atom, const WireFrame& w) { take_welcome(self, w, /*rejoin=*/true); },
+      [=](welcome_atom, const WireFrame& w) { welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); }); },
       [=](step_atom) {},
       [=](const ChipResult&) {},
       [=](global_atom, const WireFrame& w) { take_params(self, w); },

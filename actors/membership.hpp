@@ -93,11 +93,13 @@ void retry_join(caf::stateful_actor<State>* self, bool after_next_step) {
   st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step, State::names_holds ? st.core.get() : nullptr);
 }
 
-/// A joining unit whose welcome was refused (a frame that does not decode, one of a deposed
-/// leader's term, or one marking held what the island no longer holds) asks again a moment later:
-/// the reply it waited for will not come, and nothing else would make it ask (a training unit
-/// asks at its next missed round). A request already under way (stale_held asks at once) is
-/// left alone, so each refused welcome adds at most one request.
+/// A unit whose welcome was refused (a frame that does not decode, one of a deposed leader's
+/// term, or one marking held what the island no longer holds) asks again a moment later: the
+/// reply it waited for will not come. A joining unit would wait for it for good; a training one
+/// would go on sending its progress to the unit it asked (a deposed leader, say) until a missed
+/// round made it ask again, and winding down it would wait for merges that unit never makes.
+/// A request already under way (stale_held asks at once) is left alone, so each refused welcome
+/// adds at most one request.
 inline constexpr double kAskAgainAfterRefusal_s = 0.05;
 template <class State>
 void ask_again_later(caf::stateful_actor<State>* self) {
@@ -105,6 +107,17 @@ void ask_again_later(caf::stateful_actor<State>* self) {
   if (m.join_inflight) return;
   m.join_inflight = true;
   self->delayed_send(self, detail::micros(kAskAgainAfterRefusal_s), join_atom::value);
+}
+
+/// A welcome taken by `take` (true: taken) in a unit that joined before: one refused while the
+/// unit's request was under way asks again a moment later (ask_again_later); a refused one that
+/// answered no request (a late reply, a deposed leader's) asks nothing.
+template <class State, class Take>
+bool welcome_taken(caf::stateful_actor<State>* self, Take&& take) {
+  const bool asked = self->state.member.join_inflight;
+  if (take()) return true;
+  if (asked) ask_again_later(self);
+  return false;
 }
 
 /// Down messages outside the chips' work: a dead syncer (or server) is re-joined

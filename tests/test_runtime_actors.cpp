@@ -7,8 +7,12 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/message_view.hpp>
+#include <caf/scheduled_actor.hpp>
 #include <caf/send.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -218,6 +222,20 @@ BOOST_AUTO_TEST_CASE(island_killed_is_restarted_and_heals_while_others_keep_merg
   check_commits(w);
 }
 
+// ddp's parameter server killed mid-run comes back with its state (kept in memory) and every
+// replica joins it again, whatever it was doing: before, a replica computing or awaiting the
+// server's step when the directory still named the dead server waited for good.
+BOOST_AUTO_TEST_CASE(ddp_server_killed_mid_run_is_joined_again_and_the_run_finishes) {
+  auto c = small_config(2, 1, 2);
+  c.train.mode = TrainMode::ddp;
+  c.faults.push_back(step_fault("syncer", 0, 0, 7));
+  World w(c);
+  w.settle();
+  BOOST_TEST(w.started("root", "syncer") == 2);
+  BOOST_TEST(w.of(Event::Kind::restore).size() == 1u);
+  for (int i = 0; i < 2; ++i) BOOST_TEST(w.rt->islands[static_cast<std::size_t>(i)].done.load());
+  BOOST_TEST(w.rt->syncer.commits.load() == static_cast<std::uint64_t>(c.train.steps));  // every step, once
+}
 BOOST_AUTO_TEST_CASE(syncer_restarted_from_snapshot_and_islands_resend) {
   auto c = small_config(2, 1, 2);
   c.faults.push_back(step_fault("syncer", 0, 0, 7));
@@ -955,6 +973,56 @@ BOOST_AUTO_TEST_CASE(a_joining_island_asks_again_after_a_refused_welcome) {
       BOOST_TEST(w.started("island-0", "island") == 1);  // not by a restart
       caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
     }
+  }
+}
+
+// A training island that re-joins a restarted syncer and whose welcome is refused asks again a
+// moment later: otherwise it went on sending its progress to the unit it asked, and the syncer,
+// which never heard it join, never merged it again. Here island 0 re-joins through a unit that
+// answers its first request with a frame that does not decode and hands everything else to the
+// syncer of the moment, as its sender sent it.
+BOOST_AUTO_TEST_CASE(a_training_island_asks_again_after_a_refused_welcome) {
+  for (const std::string mode : {"decoupled", "ddp"}) {
+  BOOST_TEST_CONTEXT("train.mode " << mode) {
+  auto c = small_config(2, 1, 2);
+  c.train.mode = *choice_of<TrainMode>(mode);
+  c.syncer.snapshot_every = 0;  // the restarted syncer resumes from its last commit, in memory
+  World w(c);
+  int asked = 0;
+  auto rt = w.rt;
+  auto gate = w.sys->spawn([rt, &asked](caf::event_based_actor* self) -> caf::behavior {
+    self->set_default_handler([rt](caf::scheduled_actor* s, caf::message_view& x) -> caf::result<caf::message> {
+      rt->dir.syncer()->enqueue(caf::make_mailbox_element(s->current_sender(), caf::make_message_id(), {},
+                                                          x.move_content_to_message()),
+                                s->context());
+      return caf::delegated<caf::message>{};
+    });
+    return {[=, &asked](join_atom a, const WireFrame& f) {
+      if (asked++ > 0) self->delegate(rt->dir.syncer(), a, f);
+      else self->send(caf::actor_cast<caf::actor>(self->current_sender()), welcome_atom::value, WireFrame{{0xde, 0xad, 0xbe, 0xef}});
+    }};
+  });
+  int commits = 0;
+  w.hook = [&](const Event& e) {
+    if (e.kind == Event::Kind::commit && ++commits == 2) {
+      w.rt->dir.set_route({0}, gate);  // island 0's re-join goes there
+      caf::anon_send_exit(w.rt->dir.syncer(), caf::exit_reason::kill);
+    }
+  };
+  w.settle();
+  BOOST_TEST(w.started("root", "syncer") == 2);
+  BOOST_TEST(asked == 2);  // the refused welcome's request, and the one a moment later
+  const auto refusal = std::find_if(w.events.begin(), w.events.end(), [](const Event& e) {
+    return e.kind == Event::Kind::rejected && e.detail.rfind("island 0: welcome: ", 0) == 0;
+  });
+  BOOST_REQUIRE(refusal != w.events.end());
+  const bool healed_after = std::any_of(refusal, w.events.end(), [](const Event& e) {
+    return e.kind == Event::Kind::rejoin && e.island == 0;
+  });
+  BOOST_TEST(healed_after);  // it re-joined the restarted syncer
+  BOOST_TEST(w.rt->islands[0].done.load());
+  caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+  }
   }
 }
 
