@@ -34,7 +34,13 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(SRC, "tests", "scripts"))
 from harness import Proc, cleanup, fail, mkcerts, now, procs, work_dirs  # noqa: E402
 
+if any(a in ("-h", "--help") for a in sys.argv[1:]):
+    print(__doc__.strip())
+    sys.exit(0)
 args = sys.argv[1:]
+for a in args:
+    if a.startswith("--") and a not in ("--diloco", "--steps", "--H"):
+        sys.exit(f"elastic: unknown option {a} (--help lists them)")
 
 
 def opt(name, default):

@@ -28,11 +28,17 @@ import sys
 import tempfile
 import time
 
+if any(a in ("-h", "--help") for a in sys.argv[1:]):
+    print(__doc__.strip())
+    sys.exit(0)
 DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 sys.path.insert(0, os.path.join(SRC, "tests", "scripts"))
 from harness import LEADS, REPLICA_SITES, REPLICAS, Proc, cleanup, fail, now, procs, replicas_run, work_dirs  # noqa: E402
 
 args = sys.argv[3:]
+for a in args:
+    if a.startswith("--") and a not in ("--steps", "--every", "--lease-ms", "--no-baseline"):
+        sys.exit(f"failover: unknown option {a} (--help lists them)")
 
 
 def opt(name, default):

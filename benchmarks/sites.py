@@ -16,8 +16,14 @@ import sys
 import tempfile
 import time
 
+if any(a in ("-h", "--help") for a in sys.argv[1:]):
+    print(__doc__.strip())
+    sys.exit(0)
 DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 args = sys.argv[3:]
+for a in args:
+    if a.startswith("--") and a not in ("--rate", "--steps"):
+        sys.exit(f"sites: unknown option {a} (--help lists them)")
 RATE = args[args.index("--rate") + 1] if "--rate" in args else "100mbit"
 STEPS = args[args.index("--steps") + 1] if "--steps" in args else "300"
 CONFIG = os.path.join(SRC, "configs", "sites.toml")

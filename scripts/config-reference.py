@@ -19,6 +19,18 @@ def table(toml_text):
             section = m.group(1)
             out += ["", f"**[{section}]**", "", "| key | default | meaning |", "| --- | --- | --- |"]
             continue
+        # Arrays of tables ([[faults]], [[sites]], [[syncers]]) are commented out in the defaults
+        # (none by default): their keys are listed as "#   key = default  # meaning".
+        m = re.search(r"[Oo]ne \[\[(\w+)\]\] table each", line)
+        if m:
+            section = None
+            out += ["", f"**[[{m.group(1)}]]** (none by default; one table each)", "",
+                    "| key | default | meaning |", "| --- | --- | --- |"]
+            continue
+        m = re.match(r"^#   (\w+) = (.*?)  # (.*)$", line)
+        if m:
+            out.append(f"| `{m.group(1)}` | `{m.group(2)}` | {m.group(3).replace('|', chr(92) + '|')} |")
+            continue
         if line.startswith("# ") and section:
             doc = line[2:].replace("|", "\\|")
             continue

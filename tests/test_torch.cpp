@@ -186,7 +186,7 @@ BOOST_AUTO_TEST_CASE(bad_modules_files_and_checkpoints_are_refused_with_the_reas
   refused("one_argument.pt", "forward must take (inputs, targets)");
   refused("per_token.pt", "forward must return the mean loss as a scalar");
   refused("tuple_return.pt", "forward must return a tensor");
-  refused("not_a_module.pt", "is not a TorchScript module");
+  refused("not_a_module.pt", "did not load as a TorchScript module");
   refused("missing.pt", "model.path: no file");
 
   // Config validation names the key before anything is built.

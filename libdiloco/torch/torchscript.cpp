@@ -106,7 +106,7 @@ torch::jit::Module load_module(const ModelConfig& cfg, torch::Device device) {
     m.eval();  // no dropout: a chip's loss is a function of parameters and batch
     return m;
   } catch (const c10::Error& e) {
-    refuse("model.path", "'" + cfg.path + "' is not a TorchScript module: " + e.what_without_backtrace());
+    refuse("model.path", "'" + cfg.path + "' did not load as a TorchScript module (torch::jit::load): " + e.what_without_backtrace());
   }
 }
 
