@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Stuck clients against `--http`: `configs/decoupled.toml` (300 steps) served with `--http`, runs
+"""Stuck clients against `--http`: `configs/decoupled.toml` (`--steps`, default 2500: long enough for
+the stuck clients to be dropped and come back a few times) served with `--http`, runs
 with and without 64 clients that connect and never read (16 sent `GET /metrics`, 8
 `GET /status.json`, 40 sent nothing; each held 2.5 s, past the server's 2 s, then opened again),
 alternating, with a scrape of /metrics every second beside. Prints each run's training seconds
 (the run's "tokens in X s") and its slowest scrape.
 
-usage: benchmarks/http_stuck_clients.py [--diloco build/apps/diloco] [--pairs 3]"""
+usage: benchmarks/http_stuck_clients.py [--diloco build/apps/diloco] [--pairs 3] [--steps 2500]"""
 import argparse
 import os
 import re
@@ -18,12 +19,14 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser()
 ap.add_argument("--diloco", default=os.path.join(SRC, "build/apps/diloco"))
 ap.add_argument("--pairs", type=int, default=3)
+ap.add_argument("--steps", type=int, default=2500)
 args = ap.parse_args()
 DILOCO = os.path.abspath(args.diloco)
 
 
 def run(stuck):
-    p = subprocess.Popen([DILOCO, "run", os.path.join(SRC, "configs/decoupled.toml"), "--http", "0"], cwd=SRC,
+    p = subprocess.Popen([DILOCO, "run", os.path.join(SRC, "configs/decoupled.toml"), "--http", "0",
+                          "--set", f"train.steps={args.steps}"], cwd=SRC,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     port = None
     for line in p.stdout:
