@@ -111,6 +111,14 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
       [=](repaired_atom) { rt->dir.set_syncer(caf::actor_cast<caf::actor>(self)); },
       [=](grad_atom, const WireFrame& w) {
         auto got = self->state.ddp->receive(detail::bytes_of(w));
+        if (!got && got.error().code == errc::stale_round) {
+          // A gradient of a step the server took already, delivered late (one sent before its
+          // replica re-joined and did the step again, or a dead incarnation's held by a cut
+          // link): dropped and counted as the syncer drops a late contribution, not a faulty frame.
+          ++rt->syncer.dropped_stale;
+          rt->emit(Event::dropped_late(detail::now_s(self), got.error().message()));
+          return;
+        }
         if (!got) {
           ++rt->syncer.refused;
           rt->emit(Event::refused(detail::now_s(self), got.error().message(), std::string(to_string(got.error().code))));
