@@ -80,17 +80,27 @@ struct Membership {
 /// The same for an island's or a ddp replica's actor: its state holds `member`, `rt`, `island`,
 /// `incarnation`, `core` and `chips` (ChipPool); `State::names_holds` says whether its requests
 /// name the fragments its core holds (an island's do; a ddp replica's server sends them all).
+/// `after_next_step` where the unit takes its next step by itself: not where a synchronous mode
+/// holds it at its round's end for the broadcast, which a lost syncer never sends (it would
+/// then wait for good, asking only after a step that cannot come).
+template <class State>
+bool ask_after_next_step(const State& st, bool after_next_step) {
+  return after_next_step && !(st.rt->synchronous() && st.core->must_wait());
+}
+
 template <class State>
 void ask_to_join(caf::stateful_actor<State>* self, bool after_next_step) {
   auto& st = self->state;
-  st.member.ask(self, *st.rt, st.island, st.incarnation, after_next_step, State::names_holds ? st.core.get() : nullptr);
+  st.member.ask(self, *st.rt, st.island, st.incarnation, ask_after_next_step(st, after_next_step),
+                State::names_holds ? st.core.get() : nullptr);
 }
 
 /// The join_atom of a retry timer: the request it stood for is over; ask again.
 template <class State>
 void retry_join(caf::stateful_actor<State>* self, bool after_next_step) {
   auto& st = self->state;
-  st.member.retry(self, *st.rt, st.island, st.incarnation, after_next_step, State::names_holds ? st.core.get() : nullptr);
+  st.member.retry(self, *st.rt, st.island, st.incarnation, ask_after_next_step(st, after_next_step),
+                  State::names_holds ? st.core.get() : nullptr);
 }
 
 /// A unit whose welcome was refused (a frame that does not decode, one of a deposed leader's
