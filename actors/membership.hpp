@@ -21,6 +21,7 @@ namespace diloco::actors {
 struct Membership {
   caf::actor syncer;           // the unit joined (or asked to join)
   bool join_inflight = false;  // a join request or retry is under way
+  bool requested = false;      // a join request went out and no welcome has come since
   caf::actor_addr dead;        // the unit we saw die
   /// Heals keep the parameters (the island healed once in this life, or was restored from a
   /// saved state): join requests say so (JoinRequest::keeps_local). Never for ddp replicas.
@@ -42,6 +43,7 @@ struct Membership {
       return;
     }
     join_inflight = true;
+    requested = true;
     if (s != syncer) {
       syncer = s;
       self->monitor(s);
@@ -72,6 +74,7 @@ struct Membership {
     if (!syncer || m.source != syncer.address()) return false;
     dead = syncer.address();
     join_inflight = false;
+    requested = false;
     syncer = caf::actor{};
     return true;
   }
@@ -119,12 +122,12 @@ void ask_again_later(caf::stateful_actor<State>* self) {
   self->delayed_send(self, detail::micros(kAskAgainAfterRefusal_s), join_atom::value);
 }
 
-/// A welcome taken by `take` (true: taken) in a unit that joined before: one refused while the
-/// unit's request was under way asks again a moment later (ask_again_later); a refused one that
-/// answered no request (a late reply, a deposed leader's) asks nothing.
+/// A welcome taken by `take` (true: taken) in a unit that joined before: one refused while a
+/// request of the unit was out asks again a moment later (ask_again_later); a refused one that
+/// answered no request (a late reply while only a retry timer runs) asks nothing.
 template <class State, class Take>
 bool welcome_taken(caf::stateful_actor<State>* self, Take&& take) {
-  const bool asked = self->state.member.join_inflight;
+  const bool asked = self->state.member.requested;
   if (take()) return true;
   if (asked) ask_again_later(self);
   return false;
@@ -180,6 +183,7 @@ std::optional<JoinReply> admit_welcome(caf::stateful_actor<State>* self, const W
   auto& refused = st.rt->islands[static_cast<std::size_t>(i)].refused;
   const std::string where = "island " + std::to_string(i) + ": welcome";
   st.member.join_inflight = false;
+  st.member.requested = false;
   if (detail::stale_term(self, *st.rt, refused, where, w)) return std::nullopt;  // a deposed leader's
   return detail::expect_message<JoinReply>(self, *st.rt, refused, where, w);
 }

@@ -31,6 +31,8 @@ import time
 if any(a in ("-h", "--help") for a in sys.argv[1:]):
     print(__doc__.strip())
     sys.exit(0)
+if len(sys.argv) < 3 or sys.argv[1].startswith("-") or sys.argv[2].startswith("-"):
+    sys.exit("failover: want DILOCO SOURCE_DIR first (build/benchmarks/failover passes them)\n\n" + __doc__.strip())
 DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 sys.path.insert(0, os.path.join(SRC, "tests", "scripts"))
 from harness import LEADS, REPLICA_SITES, REPLICAS, Proc, cleanup, fail, now, procs, replicas_run, work_dirs  # noqa: E402

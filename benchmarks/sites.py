@@ -19,6 +19,8 @@ import time
 if any(a in ("-h", "--help") for a in sys.argv[1:]):
     print(__doc__.strip())
     sys.exit(0)
+if len(sys.argv) < 3 or sys.argv[1].startswith("-") or sys.argv[2].startswith("-"):
+    sys.exit("sites: want DILOCO SOURCE_DIR first (build/benchmarks/sites passes them)\n\n" + __doc__.strip())
 DILOCO, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 args = sys.argv[3:]
 for a in args:

@@ -12,22 +12,22 @@ BEGIN, END = "<!-- config-reference:begin -->", "<!-- config-reference:end -->"
 
 
 def table(toml_text):
-    out, section, doc = [], None, ""
+    out, section, doc, array = [], None, "", False
     for line in toml_text.splitlines():
         m = re.match(r"^\[(\w+)\]$", line)
         if m:
-            section = m.group(1)
+            section, array = m.group(1), False
             out += ["", f"**[{section}]**", "", "| key | default | meaning |", "| --- | --- | --- |"]
             continue
         # Arrays of tables ([[faults]], [[sites]], [[syncers]]) are commented out in the defaults
         # (none by default): their keys are listed as "#   key = default  # meaning".
-        m = re.search(r"[Oo]ne \[\[(\w+)\]\] table each", line)
+        m = re.match(r"^# .*[Oo]ne \[\[(\w+)\]\] table each[^|]*:$", line)
         if m:
-            section = None
+            section, array = None, True
             out += ["", f"**[[{m.group(1)}]]** (none by default; one table each)", "",
                     "| key | default | meaning |", "| --- | --- | --- |"]
             continue
-        m = re.match(r"^#   (\w+) = (.*?)  # (.*)$", line)
+        m = re.match(r"^#   (\w+) = (.*?)  # (.*)$", line) if array else None
         if m:
             out.append(f"| `{m.group(1)}` | `{m.group(2)}` | {m.group(3).replace('|', chr(92) + '|')} |")
             continue

@@ -236,6 +236,7 @@ BOOST_AUTO_TEST_CASE(ddp_server_killed_mid_run_is_joined_again_and_the_run_finis
   for (int i = 0; i < 2; ++i) BOOST_TEST(w.rt->islands[static_cast<std::size_t>(i)].done.load());
   BOOST_TEST(w.rt->syncer.commits.load() == static_cast<std::uint64_t>(c.train.steps));  // every step, once
 }
+
 BOOST_AUTO_TEST_CASE(syncer_restarted_from_snapshot_and_islands_resend) {
   auto c = small_config(2, 1, 2);
   c.faults.push_back(step_fault("syncer", 0, 0, 7));
@@ -987,8 +988,8 @@ BOOST_AUTO_TEST_CASE(a_training_island_asks_again_after_a_refused_welcome) {
   auto c = small_config(2, 1, 2);
   c.train.mode = *choice_of<TrainMode>(mode);
   c.syncer.snapshot_every = 0;  // the restarted syncer resumes from its last commit, in memory
+  int asked = 0, commits = 0;   // before the World: its end still runs the gate's messages
   World w(c);
-  int asked = 0;
   auto rt = w.rt;
   auto gate = w.sys->spawn([rt, &asked](caf::event_based_actor* self) -> caf::behavior {
     self->set_default_handler([rt](caf::scheduled_actor* s, caf::message_view& x) -> caf::result<caf::message> {
@@ -1002,7 +1003,6 @@ BOOST_AUTO_TEST_CASE(a_training_island_asks_again_after_a_refused_welcome) {
       else self->send(caf::actor_cast<caf::actor>(self->current_sender()), welcome_atom::value, WireFrame{{0xde, 0xad, 0xbe, 0xef}});
     }};
   });
-  int commits = 0;
   w.hook = [&](const Event& e) {
     if (e.kind == Event::Kind::commit && ++commits == 2) {
       w.rt->dir.set_route({0}, gate);  // island 0's re-join goes there

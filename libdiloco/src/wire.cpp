@@ -628,14 +628,16 @@ Status check_fragment(const FragmentHeader& h, std::size_t count, const WireCont
       return Error{errc::bad_counters, "outer gradient covers " + num(h.tokens) + " tokens in " + num(h.steps) +
                                            " steps, more than " + num(ctx.max_tokens_per_step) + " per step"};
   } else if (h.kind == FragmentKind::gradient) {
-    // ddp is synchronous: a gradient belongs to exactly the current step.
+    // ddp is synchronous: a gradient belongs to exactly the current step. Its counters are
+    // judged first: a late gradient is dropped as late, and one with wrong counters is refused,
+    // whatever its step.
+    if (h.steps != 1 || h.tokens == 0)
+      return Error{errc::bad_counters, "a gradient covers one step and some tokens (got " + num(h.steps) + " steps, " +
+                                           num(h.tokens) + " tokens)"};
     if (h.base_round > round)
       return Error{errc::future_round, "gradient of step " + num(h.base_round) + ", the current step is " + num(round)};
     if (h.base_round < round)
       return Error{errc::stale_round, "gradient of step " + num(h.base_round) + ", the current step is " + num(round)};
-    if (h.steps != 1 || h.tokens == 0)
-      return Error{errc::bad_counters, "a gradient covers one step and some tokens (got " + num(h.steps) + " steps, " +
-                                           num(h.tokens) + " tokens)"};
   } else if (h.base_round < round) {
     return Error{errc::stale_round, "global fragment " + num(h.index) + " of round " + num(h.base_round) +
                                         " is older than the held round " + num(round)};
