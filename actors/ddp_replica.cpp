@@ -225,7 +225,7 @@ caf::behavior training(Self self) {
   return {
       [=](join_atom) { retry_join(self, kOnATimer); },
       [=](welcome_atom, const WireFrame& w) {
-        if (welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); })) next_step(self);
+        if (take_welcome(self, w, /*rejoin=*/true)) next_step(self);
       },
       [=](step_atom) { next_step(self); },
       [=](const ChipResult&) {},  // of a step that is over
@@ -241,7 +241,7 @@ caf::behavior in_step(Self self, bool mine, const caf::message_handler& chip_rep
   return chip_replies.or_else(
       [=](join_atom) { retry_join(self, kOnATimer); },
       [=](welcome_atom, const WireFrame& w) {
-        if (!welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); })) return;  // the step in flight is void
+        if (!take_welcome(self, w, /*rejoin=*/true)) return;  // the step in flight is void
         self->become(training(self));
         next_step(self);
       },
@@ -275,7 +275,7 @@ caf::behavior done(Self self) {
   watch(self, false);
   return {
       [=](join_atom) { retry_join(self, false); },
-      [=](welcome_atom, const WireFrame& w) { welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); }); },
+      [=](welcome_atom, const WireFrame& w) { take_welcome(self, w, /*rejoin=*/true); },
       [=](step_atom) {},
       [=](const ChipResult&) {},
       [=](global_atom, const WireFrame& w) { take_params(self, w); },

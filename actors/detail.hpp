@@ -71,6 +71,17 @@ inline void guard(caf::event_based_actor* self, std::string who) {
 /// actor (a clean-up functor tells it of a death).
 inline void tell_meter(const Runtime& rt, const GoodputFact& f) { caf::anon_send(rt.meter, f); }
 
+/// A contribution the syncer (or ddp's server) drops as late (errc::stale_round: too stale, or of
+/// a step already taken): counted, its chip time booked as dropped, reported; never a refusal.
+inline void drop_late(caf::event_based_actor* self, Runtime& rt, const WireFrame& w, const std::string& why) {
+  ++rt.syncer.dropped_stale;
+  if (auto m = decode_message(bytes_of(w)); m && std::holds_alternative<FragmentMessage>(*m)) {
+    const auto& h = std::get<FragmentMessage>(*m).header;
+    tell_meter(rt, GoodputFact::dropped_of(h.island, static_cast<int>(h.index)));
+  }
+  rt.emit(Event::dropped_late(now_s(self), why));
+}
+
 /// A frame that cannot be taken (it does not decode, is not the message its path carries, or
 /// names no island of the run): counted in the refusing unit's own record (`count`) and reported
 /// (Event::refused), never dropped in silence. `why` says where and what ("island 1: welcome: ..."),

@@ -394,7 +394,7 @@ caf::behavior training(Self self) {
   return {
       [=](join_atom) { retry_join(self, true); },
       [=](welcome_atom, const WireFrame& w) {
-        if (welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); })) next_step(self);
+        if (take_welcome(self, w, /*rejoin=*/true)) next_step(self);
       },
       [=](step_atom) {
         self->state.hold_armed = false;  // a hold's timer (or a retry): the hold re-arms if it goes on
@@ -422,7 +422,7 @@ caf::behavior stepping(Self self) {
   return {
       [=](join_atom) { retry_join(self, true); },
       [=](welcome_atom, const WireFrame& w) {
-        welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); });  // heals in place; the step goes on
+        take_welcome(self, w, /*rejoin=*/true);  // heals in place; the step goes on
       },
       [=](step_atom) {},
       [=](const ChipResult& r) {
@@ -441,7 +441,7 @@ caf::behavior finishing(Self self) {
   return {
       [=](join_atom) { retry_join(self, false); },
       [=](welcome_atom, const WireFrame& w) {
-        if (!welcome_taken(self, [&] { return take_welcome(self, w, /*rejoin=*/true); })) return;
+        if (!take_welcome(self, w, /*rejoin=*/true)) return;
         self->state.resend = true;  // the new syncer may lack what was sent
         wind_down(self);
       },

@@ -122,17 +122,6 @@ void ask_again_later(caf::stateful_actor<State>* self) {
   self->delayed_send(self, detail::micros(kAskAgainAfterRefusal_s), join_atom::value);
 }
 
-/// A welcome taken by `take` (true: taken) in a unit that joined before: one refused while a
-/// request of the unit was out asks again a moment later (ask_again_later); a refused one that
-/// answered no request (a late reply while only a retry timer runs) asks nothing.
-template <class State, class Take>
-bool welcome_taken(caf::stateful_actor<State>* self, Take&& take) {
-  const bool asked = self->state.member.requested;
-  if (take()) return true;
-  if (asked) ask_again_later(self);
-  return false;
-}
-
 /// Down messages outside the chips' work: a dead syncer (or server) is re-joined
 /// (`after_next_step`: see Membership::ask), a dead chip is noted.
 template <class State>
@@ -182,10 +171,17 @@ std::optional<JoinReply> admit_welcome(caf::stateful_actor<State>* self, const W
   const int i = st.island;
   auto& refused = st.rt->islands[static_cast<std::size_t>(i)].refused;
   const std::string where = "island " + std::to_string(i) + ": welcome";
+  // A refused welcome while a request of the unit was out asks again a moment later, in every
+  // phase (ask_again_later); one that answered no request (a late reply while only a retry timer
+  // runs) asks nothing.
+  const bool asked = st.member.requested;
   st.member.join_inflight = false;
   st.member.requested = false;
-  if (detail::stale_term(self, *st.rt, refused, where, w)) return std::nullopt;  // a deposed leader's
-  return detail::expect_message<JoinReply>(self, *st.rt, refused, where, w);
+  auto got = detail::stale_term(self, *st.rt, refused, where, w)  // a deposed leader's
+                 ? std::nullopt
+                 : detail::expect_message<JoinReply>(self, *st.rt, refused, where, w);
+  if (!got && asked) ask_again_later(self);
+  return got;
 }
 
 /// The unit joined in its incarnation: its record says so, and the first join of an incarnation

@@ -115,11 +115,7 @@ caf::behavior param_server_actor(Self self, std::shared_ptr<Runtime> rt) {
           // A gradient of a step the server took already, delivered late (one sent before its
           // replica re-joined and did the step again, or a dead incarnation's held by a cut
           // link): dropped and counted as the syncer drops a late contribution, not a faulty frame.
-          ++rt->syncer.dropped_stale;
-          if (auto m = decode_message(detail::bytes_of(w)); m && std::holds_alternative<FragmentMessage>(*m))
-            detail::tell_meter(*rt, GoodputFact::dropped_of(std::get<FragmentMessage>(*m).header.island, 0));
-          rt->emit(Event::dropped_late(detail::now_s(self), got.error().message()));
-          return;
+          return detail::drop_late(self, *rt, w, got.error().message());
         }
         if (!got) {
           ++rt->syncer.refused;

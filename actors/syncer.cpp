@@ -409,17 +409,11 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
         const auto superseded = self->state.core->superseded();
         auto got = self->state.core->receive(detail::bytes_of(w), detail::now_s(self));
         rt->syncer.superseded += self->state.core->superseded() - superseded;
+        if (!got && got.error().code == errc::stale_round) return detail::drop_late(self, *rt, w, got.error().message());
         if (!got) {
-          const bool stale = got.error().code == errc::stale_round;
-          ++(stale ? rt->syncer.dropped_stale : rt->syncer.refused);
-          if (stale)
-            if (auto m = decode_message(detail::bytes_of(w)); m && std::holds_alternative<FragmentMessage>(*m)) {
-              const auto& h = std::get<FragmentMessage>(*m).header;
-              detail::tell_meter(*rt, GoodputFact::dropped_of(h.island, static_cast<int>(h.index)));
-            }
-          auto e = stale ? Event::dropped_late(detail::now_s(self), got.error().message())
-                         : Event::refused(detail::now_s(self), got.error().message(), std::string(to_string(got.error().code)));
-          if (!stale) e.digest = frame_digest(detail::bytes_of(w));  // nothing of it may reach a commit
+          ++rt->syncer.refused;
+          auto e = Event::refused(detail::now_s(self), got.error().message(), std::string(to_string(got.error().code)));
+          e.digest = frame_digest(detail::bytes_of(w));  // nothing of it may reach a commit
           rt->emit(e);
           return;
         }
