@@ -324,6 +324,41 @@ BOOST_AUTO_TEST_CASE(a_send_lost_with_its_syncer_gives_its_counters_back_at_the_
   BOOST_TEST(a.steps_since(0) == 0u);
 }
 
+// A re-join under way at a scheduled step skips that send (nothing goes out while a join is
+// under way). The synchronous modes' rounds wait for every island's contribution, so the skipped
+// one goes at the first step after the re-join, not a whole period later; the schedule's own
+// steps stay due, and a fresh heal (its progress dropped) has nothing to catch up.
+BOOST_AUTO_TEST_CASE(a_send_skipped_by_a_rejoin_goes_at_the_next_step) {
+  OneChip f(3);
+  auto& [t, g, init, grad, chip] = f;
+  SyncerCore syncer(t.plan, init, sgd_settings(2, 1));
+  IslandCore a(t.layout, t.plan, IslandSettings{0, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, init);
+  a.heal(syncer.join_reply(0), false);
+  auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
+  for (int k = 0; k < 4; ++k) step();
+  BOOST_TEST(a.due(0));  // step 4: the schedule's
+  BOOST_REQUIRE(syncer.receive(a.outer_gradient_frame(0).value(), 0.0));
+  BOOST_REQUIRE_EQUAL(syncer.poll(0.0).size(), 1u);
+  BOOST_REQUIRE(a.adopt_frame(syncer.frame_for(0, 0).value()).value());  // merged: settled
+  for (int k = 0; k < 3; ++k) step();
+  BOOST_TEST(!a.due(0));  // step 7
+  step();
+  BOOST_TEST(a.due(0));  // step 8, not sent: the island was re-joining a restarted syncer
+  // Its snapshot holds the merge; the island keeps its progress.
+  a.heal(syncer.join_reply(0, true), true);
+  step();  // step 9
+  BOOST_TEST(a.steps_since(0) == 5u);
+  BOOST_TEST(a.due(0));
+  (void)a.outer_gradient_frame(0).value();
+  step();
+  BOOST_TEST(!a.due(0));
+  // A fresh heal past a scheduled step: no progress kept, nothing to catch up.
+  a.heal(syncer.join_reply(0), false);
+  step();
+  BOOST_TEST(a.step() == 11);
+  BOOST_TEST(!a.due(0));
+}
+
 BOOST_AUTO_TEST_CASE(chip_gradients_are_weighted_by_tokens_and_readers_keep_their_copy) {
   Tiny t(2);
   std::vector<float> init(2, 1.0f);

@@ -124,7 +124,15 @@ bool IslandCore::due(int p) const {
     return now_ >= next_due_[i] + (awaiting_[i] ? period : 0.0);  // false before the first heal (NaN)
   }
   const int H = settings_.schedule.H;
-  if (sent_at_[i] < 0) return settings_.schedule.due(step_, p);
+  if (sent_at_[i] < 0) {
+    // No send since the last heal: due at the schedule's steps, and at once when one of them
+    // passed over unsent progress (a join under way skips its send). The synchronous modes'
+    // rounds wait for every island's contribution: one skipped would stall them.
+    if (settings_.schedule.due(step_, p)) return true;
+    const long off = settings_.schedule.offset(p) % H;
+    const long since_point = ((step_ - off) % H + H) % H;  // steps since the schedule's last point
+    return step_ - since_point > 0 && steps_[i] > static_cast<std::uint64_t>(since_point);
+  }
   const long since = step_ - sent_at_[i];
   return awaiting_[i] ? since >= 2L * H : since >= H;
 }

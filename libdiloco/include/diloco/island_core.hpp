@@ -130,7 +130,8 @@ public:
   void set_time(double now);
   /// Fragments due after the current local step, in index order.
   std::vector<int> due() const;
-  /// Fragment p is due on its schedule (every H steps from its offset). Decoupled islands never
+  /// Fragment p is due on its schedule (every H steps from its offset; after a heal, at the
+  /// schedule's next step, or at once when one passed over progress kept unsent). Decoupled islands never
   /// wait, so the merge of their last contribution may not have reached them yet when the next
   /// one is due: sending then would repeat progress the syncer already merged (it refuses such a
   /// frame), so the send waits until the merge arrives (then it is due at once), or until 2H
