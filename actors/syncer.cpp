@@ -227,6 +227,10 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   else return diverged(-1, sent.error().reason);
   for (const auto& c : commits) {
     ++rt.syncer.commits;
+    if (c.unblocked)
+      spdlog::warn("syncer: fragment {} committed round {} with {} of the islands: every island still training waited "
+                   "for another fragment's round (their sends came in different orders after a restart or re-join)",
+                   c.fragment, c.round, c.contributions);
     rt.syncer.clipped += c.clipped.size();
     for (int island : c.clipped)
       spdlog::warn("syncer: island {}'s outer gradient of fragment {} was clipped to {} × the median of the islands' last norms (round {})",
@@ -293,6 +297,7 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     s.merge.weighting = Weighting::uniform;
     s.merge.rda = false;
     s.merge.clip_ratio = 0.0;  // nor clipped: the reference loops do not clip
+    s.lockstep = true;
   }
   st.core = std::make_unique<SyncerCore>(rt->plan, rt->initial, s);
   st.replicated = rt->gateway.majority_generation.load();  // a restart in this process: what is already held

@@ -187,6 +187,48 @@ BOOST_AUTO_TEST_CASE(quorum_without_straggler_commits_when_grace_ends) {
   BOOST_TEST(s.round(0) == 2u);
 }
 
+// The synchronous modes: every round waits for every island, and each island waits for the
+// merge of its last send. Islands whose sends came in different orders (after a restart or a
+// re-join) each wait for another's round: one of those rounds commits without the rest.
+BOOST_AUTO_TEST_CASE(lockstep_islands_waiting_on_each_others_rounds_are_unblocked) {
+  ParamLayout layout;
+  layout.add("a", {2}, 0, true);
+  layout.add("b", {2}, 1, true);
+  const auto plan = FragmentPlan::strided(layout, 2);
+  std::vector<float> init(4, 0.0f);
+  auto cfg = sgd_settings(3, 3);
+  cfg.lockstep = true;
+  SyncerCore s(plan, init, cfg);
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f, 2, 0), 0.0));
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f, 2, 1), 0.5));
+  BOOST_TEST(s.poll(0.5).empty());  // island 2 (training, or dead and coming back) has sent nothing
+  BOOST_REQUIRE(s.receive(delta_frame(2, 0, 1.0f, 2, 1), 0.7));
+  const auto c = s.poll(0.7);  // all three wait: 0 for fragment 0, 1 and 2 for fragment 1
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].fragment == 1);  // the most contributions
+  BOOST_TEST(c[0].unblocked);
+  BOOST_TEST(c[0].contributions == 2);
+  BOOST_TEST(c[0].live == 2);
+  BOOST_TEST(s.round(0) == 0u);
+  BOOST_TEST(s.round(1) == 1u);
+  BOOST_TEST(s.stats().unblocked == 1u);
+  // Islands 1 and 2 go on and send fragment 0: that round has all three, as every round should.
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f, 2, 0), 1.0));
+  BOOST_TEST(s.poll(1.0).empty());
+  BOOST_REQUIRE(s.receive(delta_frame(2, 0, 1.0f, 2, 0), 1.0));
+  const auto d = s.poll(1.0);
+  BOOST_REQUIRE_EQUAL(d.size(), 1u);
+  BOOST_TEST(!d[0].unblocked);
+  BOOST_TEST(d[0].contributions == 3);
+  // Without lockstep (decoupled islands never wait) nothing commits below the quorum.
+  cfg.lockstep = false;
+  SyncerCore plain(plan, init, cfg);
+  BOOST_REQUIRE(plain.receive(delta_frame(0, 0, 1.0f, 2, 0), 0.0));
+  BOOST_REQUIRE(plain.receive(delta_frame(1, 0, 1.0f, 2, 1), 0.5));
+  BOOST_REQUIRE(plain.receive(delta_frame(2, 0, 1.0f, 2, 1), 0.7));
+  BOOST_TEST(plain.poll(0.7).empty());
+}
+
 BOOST_AUTO_TEST_CASE(late_contribution_is_discounted_next_round) {
   Tiny t;
   std::vector<float> init(4, 0.0f);

@@ -346,7 +346,41 @@ std::vector<Commit> SyncerCore::poll(double now) {
     if (!st.quorum_at) st.quorum_at = state_[static_cast<std::size_t>(p)].quorum_at = now;
     if (decide(q, st, now).merge) out.push_back(commit(p, now));
   }
+  if (out.empty() && settings_.lockstep)
+    if (const int p = blocked_round(); p >= 0) {
+      out.push_back(commit(p, now));
+      out.back().live = out.back().contributions;  // the others wait on other rounds: none would come
+      out.back().unblocked = true;
+      ++stats_.unblocked;
+    }
   return out;
+}
+
+int SyncerCore::blocked_round() const {
+  // Every island of the run that has not finished: a round of the synchronous modes waits for
+  // a dead one to come back, so islands waiting on it are no cycle.
+  const int training = settings_.islands - finished_count_;
+  std::vector<bool> waiting(finished_.size(), false);
+  int n = 0;
+  for (const auto& list : pending_)
+    for (const auto& x : list) {
+      const auto i = static_cast<std::size_t>(x.header.island);
+      if (i < waiting.size() && !finished_[i] && !waiting[i]) waiting[i] = true, ++n;
+    }
+  if (n == 0 || n < training) return -1;
+  int best = -1;
+  double oldest = 0.0;
+  for (int p = 0; p < plan_->count(); ++p) {
+    const auto& list = pending_[static_cast<std::size_t>(p)];
+    if (list.empty()) continue;
+    double first = list.front().at;
+    for (const auto& x : list) first = std::min(first, x.at);
+    const auto size = list.size();
+    if (best < 0 || size > pending_[static_cast<std::size_t>(best)].size() ||
+        (size == pending_[static_cast<std::size_t>(best)].size() && first < oldest))
+      best = p, oldest = first;
+  }
+  return best;
 }
 
 double SyncerCore::next_deadline(double now) const {

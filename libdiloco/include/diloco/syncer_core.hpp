@@ -38,6 +38,14 @@ struct SyncerSettings {
                                  // encodes (sites refuse older terms); 0 otherwise
   std::uint64_t max_tokens_per_step = kMaxTokensPerStep;  // the most tokens an island's step counts
                                  // (the run's batch): outer gradients claiming more are refused
+  /// The synchronous modes (DiLoCo, Streaming DiLoCo): each round waits for every live island,
+  /// and each island waits for the merge of its last contribution (τ steps after sending it).
+  /// After restarts and re-joins, islands may send their fragments in different orders, and each
+  /// then waits for a round that another reaches only after its own: when every island of the
+  /// run that has not finished has a contribution waiting and no round can commit, the round with
+  /// the most contributions (the oldest of them) commits without the rest (Commit::unblocked).
+  /// An island that died and sent nothing is waited for, as before: it comes back.
+  bool lockstep = false;
 };
 
 /// What one commit of one fragment did.
@@ -49,6 +57,7 @@ struct Commit {
   int contributions = 0;         // contributions the quorum counted (merged + dropped_stale)
   int live = 0;                  // islands the round expected: live, and finished ones with a contribution
   bool flush = false;            // only finished islands' last contributions: a final flush, not an outer step
+  bool unblocked = false;        // lockstep: committed without islands waiting on other rounds (live: its contributions)
   std::uint64_t tokens = 0;      // tokens of the merged contributions
   std::vector<int> islands;      // who was merged
   std::vector<int> staleness;    // per merged island: rounds its contribution was behind the fragment
@@ -77,6 +86,7 @@ struct SyncerStats {
                                      // so they are dropped (counted in dropped_stale too)
   std::uint64_t clipped = 0;         // merged outer gradients scaled down to their fragment's norm
                                      // bound (merge.clip_ratio × the median of the islands' last ones)
+  std::uint64_t unblocked = 0;       // lockstep commits without islands waiting on other rounds
   std::uint64_t bytes_in = 0;
   RejectCounts rejected;             // every refusal by code (stale_round included)
 };
@@ -209,6 +219,9 @@ private:
     std::uint64_t digest = 0;  // of the frame (frame_digest): the invariants match merges against refusals
   };
   Commit commit(int p, double now);
+  /// lockstep: the fragment whose round commits to unblock islands waiting on each other's
+  /// rounds (SyncerSettings::lockstep), or -1 when some live island is not waiting.
+  int blocked_round() const;
   std::vector<FragmentCounters> withdraw(int island);  // drops the island's pending outer gradients (join_reply)
   /// The round state and quorum fragment p is decided by: as stored, or shrunk for islands
   /// that finished (finish()).
