@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <sstream>
 
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
@@ -98,7 +99,12 @@ void on_child_exit(caf::event_based_actor* self, State& st, std::size_t i, const
     case SupervisorDecision::escalate: {
       for (auto j : d.stop) stop_child(self, st, j);
       emit(self, st, {SupervisionEvent::escalated, {}, {}, "restart intensity exceeded", 0.0, 0.0, {}});
-      self->quit(caf::make_error(caf::sec::runtime_error, st.name + ": restart intensity exceeded"));
+      // The run's configuration names these limits supervision.intensity and supervision.period_s.
+      const auto& f = st.policy.flags();
+      std::ostringstream why;
+      why << st.name << ": restart intensity exceeded (more than " << f.intensity << " restarts within " << f.period_s
+          << " s; supervision.intensity and supervision.period_s set the limit)";
+      self->quit(caf::make_error(caf::sec::runtime_error, why.str()));
       return;
     }
     case SupervisorDecision::restart: {
