@@ -163,10 +163,10 @@ void wind_down(Self self) {
   const long step = st.core->step();
   self->become(winding_down(self));
   if (!rt.final_sync() && !st.draining) {
-    // Its last progress stays local, but the syncer hears that it finished: rounds stop
-    // waiting for it. In the synchronous modes every round waits for every island, and one
-    // restarted behind the others would otherwise wait for ever for rounds they have left.
-    if (st.member.syncer) {
+    // Its last progress stays local. In the synchronous modes every round waits for every
+    // island, so the syncer hears that it finished: rounds stop waiting for it, and one
+    // restarted behind the others does not wait for ever for rounds they have left.
+    if (rt.synchronous() && st.member.syncer) {
       keep_state(self);
       say_finished(self);
     }

@@ -245,7 +245,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
     }
     detail::tell_meter(rt, GoodputFact::committed_at(now - rt.t0.load()));
     auto e = Event::committed(now, c.round, c.fragment, c.merged, c.islands, c.staleness);
-    e.contributions = c.contributions, e.live = c.live, e.flush = c.flush, e.finite = c.finite, e.frames = c.frames;
+    e.contributions = c.contributions, e.live = c.live, e.flush = c.flush, e.unblocked = c.unblocked, e.finite = c.finite, e.frames = c.frames;
     rt.emit(e);
   }
   if ((!commits.empty() && st.link_free_tick == std::numeric_limits<double>::infinity()) || t_link > 0.0) {
@@ -291,7 +291,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
   s.broadcast_to = c.fragments.broadcast_to;
   if (rt->synchronous()) {
     // The synchronous baselines are the papers' algorithms (as in loops.cpp): every island in
-    // every round, a plain mean of equal-weight outer gradients.
+    // every round, a plain mean of equal-weight outer gradients. Under faults, a round whose
+    // missing islands wait on other rounds commits without them (lockstep).
     s.quorum.min_islands = c.train.islands;
     s.quorum.grace = GraceRule::none;
     s.merge.weighting = Weighting::uniform;

@@ -337,9 +337,12 @@ BOOST_AUTO_TEST_CASE(a_send_skipped_by_a_rejoin_goes_at_the_next_step) {
   auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
   for (int k = 0; k < 4; ++k) step();
   BOOST_TEST(a.due(0));  // step 4: the schedule's
-  BOOST_REQUIRE(syncer.receive(a.outer_gradient_frame(0).value(), 0.0));
-  BOOST_REQUIRE_EQUAL(syncer.poll(0.0).size(), 1u);
-  BOOST_REQUIRE(a.adopt_frame(syncer.frame_for(0, 0).value()).value());  // merged: settled
+  auto send_merged = [&] {
+    BOOST_REQUIRE(syncer.receive(a.outer_gradient_frame(0).value(), 0.0));
+    BOOST_REQUIRE_EQUAL(syncer.poll(0.0).size(), 1u);
+    BOOST_REQUIRE(a.adopt_frame(syncer.frame_for(0, 0).value()).value());  // merged: settled
+  };
+  send_merged();
   for (int k = 0; k < 3; ++k) step();
   BOOST_TEST(!a.due(0));  // step 7
   step();
@@ -349,13 +352,25 @@ BOOST_AUTO_TEST_CASE(a_send_skipped_by_a_rejoin_goes_at_the_next_step) {
   step();  // step 9
   BOOST_TEST(a.steps_since(0) == 5u);
   BOOST_TEST(a.due(0));
-  (void)a.outer_gradient_frame(0).value();
+  send_merged();
+  // That send belongs to step 8: the next falls on the schedule again, at step 12, not 13.
   step();
   BOOST_TEST(!a.due(0));
+  step();
+  BOOST_TEST(!a.due(0));
+  step();
+  BOOST_TEST(a.step() == 12);
+  BOOST_TEST(a.due(0));
+  // A keep-local re-join with nothing skipped: due on the schedule only.
+  send_merged();
+  a.heal(syncer.join_reply(0, true), true);
+  step();
+  BOOST_TEST(!a.due(0));  // step 13
   // A fresh heal past a scheduled step: no progress kept, nothing to catch up.
+  step(), step(), step();  // step 16: due, not sent
   a.heal(syncer.join_reply(0), false);
   step();
-  BOOST_TEST(a.step() == 11);
+  BOOST_TEST(a.step() == 17);
   BOOST_TEST(!a.due(0));
 }
 

@@ -187,28 +187,45 @@ BOOST_AUTO_TEST_CASE(quorum_without_straggler_commits_when_grace_ends) {
   BOOST_TEST(s.round(0) == 2u);
 }
 
+// Three islands in a synchronous mode (SyncerSettings::lockstep), two fragments of 2 values.
+struct Lockstep {
+  FragmentPlan plan;
+  std::vector<float> init = std::vector<float>(4, 0.0f);
+  SyncerSettings cfg = sgd_settings(3, 3);
+  Lockstep() : plan(FragmentPlan::strided(layout(), 2)) { cfg.lockstep = true; }
+  static ParamLayout layout() {
+    ParamLayout l;
+    l.add("a", {2}, 0, true);
+    l.add("b", {2}, 1, true);
+    return l;
+  }
+};
+
 // The synchronous modes: every round waits for every island, and each island waits for the
 // merge of its last send. Islands whose sends came in different orders (after a restart or a
 // re-join) each wait for another's round: one of those rounds commits without the rest.
 BOOST_AUTO_TEST_CASE(lockstep_islands_waiting_on_each_others_rounds_are_unblocked) {
-  ParamLayout layout;
-  layout.add("a", {2}, 0, true);
-  layout.add("b", {2}, 1, true);
-  const auto plan = FragmentPlan::strided(layout, 2);
-  std::vector<float> init(4, 0.0f);
-  auto cfg = sgd_settings(3, 3);
-  cfg.lockstep = true;
+  Lockstep w;
+  auto& [plan, init, cfg] = w;
   SyncerCore s(plan, init, cfg);
+  for (int i = 0; i < 3; ++i) s.heard(i, 9, 0.0, 0.1), s.heard(i, 10, 0.1, 0.1);  // steps of 0.1 s
   BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f, 2, 0), 0.0));
   BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f, 2, 1), 0.5));
-  BOOST_TEST(s.poll(0.5).empty());  // island 2 (training, or dead and coming back) has sent nothing
+  BOOST_TEST(s.poll(5.0).empty());  // island 2 (training, or dead and coming back) has sent nothing
+  BOOST_TEST(std::isinf(s.next_deadline(5.0)));
   BOOST_REQUIRE(s.receive(delta_frame(2, 0, 1.0f, 2, 1), 0.7));
-  const auto c = s.poll(0.7);  // all three wait: 0 for fragment 0, 1 and 2 for fragment 1
+  // All three wait now (0 for fragment 0, 1 and 2 for fragment 1), unless one is still within
+  // its τ steps after a send: nothing commits until nothing was heard for 10 steps (1 s).
+  BOOST_TEST(s.poll(1.5).empty());
+  BOOST_TEST(s.next_deadline(1.5) == 1.7, boost::test_tools::tolerance(1e-9));
+  s.heard(0, 11, 1.6, 0.1);  // island 0 stepped: it was not waiting yet
+  BOOST_TEST(s.poll(1.7).empty());
+  const auto c = s.poll(2.6);
   BOOST_REQUIRE_EQUAL(c.size(), 1u);
   BOOST_TEST(c[0].fragment == 1);  // the most contributions
   BOOST_TEST(c[0].unblocked);
   BOOST_TEST(c[0].contributions == 2);
-  BOOST_TEST(c[0].live == 2);
+  BOOST_TEST(c[0].live == 3);  // below the quorum, and said so
   BOOST_TEST(s.round(0) == 0u);
   BOOST_TEST(s.round(1) == 1u);
   BOOST_TEST(s.stats().unblocked == 1u);
@@ -226,7 +243,26 @@ BOOST_AUTO_TEST_CASE(lockstep_islands_waiting_on_each_others_rounds_are_unblocke
   BOOST_REQUIRE(plain.receive(delta_frame(0, 0, 1.0f, 2, 0), 0.0));
   BOOST_REQUIRE(plain.receive(delta_frame(1, 0, 1.0f, 2, 1), 0.5));
   BOOST_REQUIRE(plain.receive(delta_frame(2, 0, 1.0f, 2, 1), 0.7));
-  BOOST_TEST(plain.poll(0.7).empty());
+  BOOST_TEST(plain.poll(100.0).empty());
+}
+
+// A round of only finished islands' contributions unblocks nobody: the one of islands still
+// training commits, though it is younger and no larger.
+BOOST_AUTO_TEST_CASE(an_unblocked_round_is_one_of_islands_still_training) {
+  Lockstep w;
+  auto& [plan, init, cfg] = w;
+  SyncerCore s(plan, init, cfg);
+  BOOST_REQUIRE(s.receive(delta_frame(0, 0, 1.0f, 2, 1), 0.0));
+  s.finish(0, true);
+  BOOST_REQUIRE(s.receive(delta_frame(1, 0, 1.0f, 2, 0), 0.1));
+  BOOST_TEST(s.poll(0.1).empty());  // island 2 still trains, with nothing pending
+  BOOST_REQUIRE(s.receive(delta_frame(2, 0, 1.0f, 2, 1), 0.2));
+  // Fragment 1: islands 0 (finished) and 2; fragment 0: island 1. Each of 1 and 2 waits on the
+  // other's round; none heard since 0.2 (no step time known: at once).
+  const auto c = s.poll(0.2);
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].unblocked);
+  BOOST_TEST(c[0].fragment == 0);  // island 1's, older than island 2's
 }
 
 BOOST_AUTO_TEST_CASE(late_contribution_is_discounted_next_round) {

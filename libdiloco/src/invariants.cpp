@@ -114,11 +114,11 @@ void Invariants::on(const Event& e) {
       round_[p] = std::max(round_[p], e.round);
       committed_[p] = std::max(committed_[p], e.round);
       const int need = std::min(s_.quorum, e.live);
-      if (!e.flush && e.contributions < need)
+      if (!e.flush && !e.unblocked && e.contributions < need)
         violate(Violation::Kind::quorum, t,
                 "fragment " + str(e.fragment) + " committed round " + str(e.round) + " with " + str(e.contributions) +
                     " contribution(s), below min(K = " + str(s_.quorum) + ", live = " + str(e.live) + ") = " + str(need) +
-                    ", and it is no final flush");
+                    ", and it is no final flush nor a round unblocked");
       for (std::size_t j = 0; j < e.frames.size(); ++j)
         if (auto it = refused_.find(e.frames[j]); it != refused_.end())
           violate(Violation::Kind::refused_frame, t,

@@ -124,17 +124,22 @@ bool IslandCore::due(int p) const {
     return now_ >= next_due_[i] + (awaiting_[i] ? period : 0.0);  // false before the first heal (NaN)
   }
   const int H = settings_.schedule.H;
-  if (sent_at_[i] < 0) {
-    // No send since the last heal: due at the schedule's steps, and at once when one of them
-    // passed over unsent progress (a join under way skips its send). The synchronous modes'
-    // rounds wait for every island's contribution: one skipped would stall them.
-    if (settings_.schedule.due(step_, p)) return true;
-    const long off = settings_.schedule.offset(p) % H;
-    const long since_point = ((step_ - off) % H + H) % H;  // steps since the schedule's last point
-    return step_ - since_point > 0 && steps_[i] > static_cast<std::uint64_t>(since_point);
-  }
+  // No send since the last heal: due at the schedule's steps, and at once when one of them
+  // passed over unsent progress (a join under way skips its send). The synchronous modes'
+  // rounds wait for every island's contribution: one skipped would stall them.
+  if (sent_at_[i] < 0) return settings_.schedule.due(step_, p) || missed_point(p) >= 0;
   const long since = step_ - sent_at_[i];
   return awaiting_[i] ? since >= 2L * H : since >= H;
+}
+
+long IslandCore::missed_point(int p) const {
+  const auto i = static_cast<std::size_t>(p);
+  const long H = settings_.schedule.H;
+  if (settings_.sync_every_s > 0.0 || sent_at_[i] >= 0 || H <= 0) return -1;
+  const long off = settings_.schedule.offset(p) % H;
+  const long since = ((step_ - off) % H + H) % H;  // steps since the schedule's last point
+  const long point = step_ - since;
+  return since > 0 && point > 0 && steps_[i] > static_cast<std::uint64_t>(since) ? point : -1;
 }
 
 std::vector<int> IslandCore::due() const {
@@ -168,7 +173,10 @@ Expected<Frame> IslandCore::outer_gradient_frame(int p) {
   if (frame) {
     ++sends_;
     sent_seq_[i] = h.seq;
-    sent_at_[i] = step_;
+    // A send that catches up a missed point belongs to it: the next falls on the schedule again
+    // (H after it), in the same order among the fragments as every other island's.
+    const long missed = missed_point(p);
+    sent_at_[i] = missed >= 0 ? missed : step_;
     if (settings_.adopt == AdoptRule::carry) {  // θ_p as sent: θ itself is unchanged since work_ was gathered
       sent_theta_[i].resize(g.size());
       plan_->gather<float>(p, *params_, sent_theta_[i]);

@@ -150,6 +150,7 @@ Expected<FragmentHeader> SyncerCore::receive(std::span<const std::byte> frame, d
     return got.error();
   }
   stats_.bytes_in += frame.size();
+  active_at_ = std::max(active_at_, now);
   const auto& h = got->header;
   const auto from = static_cast<std::size_t>(h.island);
   theta_.resize(plan_->size(static_cast<int>(h.index)));
@@ -223,6 +224,7 @@ void SyncerCore::heard(int island, std::uint64_t step, double now, double step_s
   if (island < 0 || island >= settings_.islands) return;
   auto& s = last_step_[static_cast<std::size_t>(island)];
   s = std::max(s, step);
+  active_at_ = std::max(active_at_, now);
   clock_.heard(island, step, now, step_seconds);
   for (auto& r : state_) r.t_step = clock_.t_step();
 }
@@ -346,19 +348,20 @@ std::vector<Commit> SyncerCore::poll(double now) {
     if (!st.quorum_at) st.quorum_at = state_[static_cast<std::size_t>(p)].quorum_at = now;
     if (decide(q, st, now).merge) out.push_back(commit(p, now));
   }
-  if (out.empty() && settings_.lockstep)
-    if (const int p = blocked_round(); p >= 0) {
+  if (out.empty() && settings_.lockstep) {
+    double at = 0.0;
+    if (const int p = blocked_round(at); p >= 0 && now >= at) {
       out.push_back(commit(p, now));
-      out.back().live = out.back().contributions;  // the others wait on other rounds: none would come
       out.back().unblocked = true;
       ++stats_.unblocked;
     }
+  }
   return out;
 }
 
-int SyncerCore::blocked_round() const {
+int SyncerCore::blocked_round(double& at) const {
   // Every island of the run that has not finished: a round of the synchronous modes waits for
-  // a dead one to come back, so islands waiting on it are no cycle.
+  // a dead one to come back, so islands waiting on one that sent nothing are no cycle.
   const int training = settings_.islands - finished_count_;
   std::vector<bool> waiting(finished_.size(), false);
   int n = 0;
@@ -368,18 +371,22 @@ int SyncerCore::blocked_round() const {
       if (i < waiting.size() && !finished_[i] && !waiting[i]) waiting[i] = true, ++n;
     }
   if (n == 0 || n < training) return -1;
+  // The round with the most contributions of islands still training (one of only finished
+  // islands' unblocks nobody), the one waiting longest of those.
   int best = -1;
+  std::size_t most = 0;
   double oldest = 0.0;
   for (int p = 0; p < plan_->count(); ++p) {
-    const auto& list = pending_[static_cast<std::size_t>(p)];
-    if (list.empty()) continue;
-    double first = list.front().at;
-    for (const auto& x : list) first = std::min(first, x.at);
-    const auto size = list.size();
-    if (best < 0 || size > pending_[static_cast<std::size_t>(best)].size() ||
-        (size == pending_[static_cast<std::size_t>(best)].size() && first < oldest))
-      best = p, oldest = first;
+    std::size_t size = 0;
+    double first = std::numeric_limits<double>::infinity();
+    for (const auto& x : pending_[static_cast<std::size_t>(p)])
+      if (!finished_[static_cast<std::size_t>(x.header.island)]) ++size, first = std::min(first, x.at);
+    if (size > most || (size == most && size > 0 && first < oldest)) best = p, most = size, oldest = first;
   }
+  // Only once nothing was heard for a while: an island within its τ steps after a send, or
+  // restarted and stepping again, reports its steps and may still send what the others wait for.
+  const double t = clock_.t_step();
+  at = active_at_ + (t > 0.0 && std::isfinite(t) ? kLockstepQuietSteps * t : 0.0);
   return best;
 }
 
@@ -390,6 +397,7 @@ double SyncerCore::next_deadline(double now) const {
     const auto st = effective(p, q);
     t = std::min(t, decide(q, st, now).recheck_at);
   }
+  if (double at = 0.0; settings_.lockstep && blocked_round(at) >= 0) t = std::min(t, at);
   return t;
 }
 

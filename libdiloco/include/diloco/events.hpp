@@ -44,6 +44,7 @@ struct Event {
   int contributions = 0;           // commit: contributions the quorum counted (merged or dropped as stale)
   int live = 0;                    // commit: islands the round expected (live, and finished ones with a contribution)
   bool flush = false;              // commit: a final flush (only finished islands' last contributions)
+  bool unblocked = false;          // commit: below the quorum, its missing islands waiting on other rounds (SyncerSettings::lockstep)
   bool finite = true;              // commit: the global fragment holds no NaN or infinity after it
   int incarnation = 0;             // heal: the island's start count (1 = first start)
   int unsent = 0;                  // leave: fragments whose unsent progress the island hands over

@@ -48,7 +48,7 @@ struct InvariantSettings {
 struct Violation {
   enum class Kind {
     rounds,         // a fragment's round went down or stood still in a syncer's life, or a restore went past the commits
-    quorum,         // a commit with fewer than min(K, live) contributions that is no final flush
+    quorum,         // a commit with fewer than min(K, live) contributions that is no final flush (nor unblocked)
     refused_frame,  // a commit merged a frame that was refused
     heal,           // a healed island does not hold exactly the global fragments
     non_finite,     // NaN or infinity in a parameter (global or an island's)
@@ -66,7 +66,8 @@ const char* to_string(Violation::Kind k);
 /// Checks, event by event, what every run must keep:
 /// - rounds: each fragment's commits carry rounds that only go up within a syncer's life, and a
 ///   restore never brings back a round past the last one committed;
-/// - quorum: every commit has ≥ min(K, live) contributions, or is a final flush;
+/// - quorum: every commit has ≥ min(K, live) contributions, or is a final flush, or a round of
+///   the synchronous modes unblocked (SyncerSettings::lockstep: its missing islands waited on other rounds);
 /// - refused frames: no commit merges a frame that was refused (matched by frame_digest);
 /// - heal: a healed island holds exactly the global fragments (heal_digests);
 /// - finite: no commit leaves NaN or infinity in a global fragment, no unit reports divergence;

@@ -131,7 +131,8 @@ public:
   /// Fragments due after the current local step, in index order.
   std::vector<int> due() const;
   /// Fragment p is due on its schedule (every H steps from its offset; after a heal, at the
-  /// schedule's next step, or at once when one passed over progress kept unsent). Decoupled islands never
+  /// schedule's next step, or at the first step after one that passed over progress kept
+  /// unsent: missed_point). Decoupled islands never
   /// wait, so the merge of their last contribution may not have reached them yet when the next
   /// one is due: sending then would repeat progress the syncer already merged (it refuses such a
   /// frame), so the send waits until the merge arrives (then it is due at once), or until 2H
@@ -233,6 +234,9 @@ public:
   const FragmentPlan& plan() const { return *plan_; }
 
 private:
+  /// Step schedule, no send since the last heal: the schedule's last point of fragment p when it
+  /// passed (before this step) over progress still unsent, else -1.
+  long missed_point(int p) const;
   std::vector<float>& writable();  // copy on write if a chip still reads the current vector
   // Adopts `values` as fragment p: θ_p ← α·θ_p + (1−α)·Θ_new (mix), θ_p + Θ_new − Θ_held
   // (rebase: the change is other islands' progress alone), or α·θ_sent + (1−α)·Θ_new + θ_p −

@@ -42,9 +42,10 @@ struct SyncerSettings {
   /// and each island waits for the merge of its last contribution (τ steps after sending it).
   /// After restarts and re-joins, islands may send their fragments in different orders, and each
   /// then waits for a round that another reaches only after its own: when every island of the
-  /// run that has not finished has a contribution waiting and no round can commit, the round with
-  /// the most contributions (the oldest of them) commits without the rest (Commit::unblocked).
-  /// An island that died and sent nothing is waited for, as before: it comes back.
+  /// run that has not finished has a contribution waiting, no round can commit, and nothing was
+  /// heard for 10 of the islands' steps, the round with the most contributions of islands still
+  /// training (the oldest of them) commits without the rest (Commit::unblocked). An island that
+  /// died and sent nothing is waited for, as before: it comes back.
   bool lockstep = false;
 };
 
@@ -57,7 +58,7 @@ struct Commit {
   int contributions = 0;         // contributions the quorum counted (merged + dropped_stale)
   int live = 0;                  // islands the round expected: live, and finished ones with a contribution
   bool flush = false;            // only finished islands' last contributions: a final flush, not an outer step
-  bool unblocked = false;        // lockstep: committed without islands waiting on other rounds (live: its contributions)
+  bool unblocked = false;        // lockstep: committed below the quorum, its missing islands waiting on other rounds
   std::uint64_t tokens = 0;      // tokens of the merged contributions
   std::vector<int> islands;      // who was merged
   std::vector<int> staleness;    // per merged island: rounds its contribution was behind the fragment
@@ -220,8 +221,12 @@ private:
   };
   Commit commit(int p, double now);
   /// lockstep: the fragment whose round commits to unblock islands waiting on each other's
-  /// rounds (SyncerSettings::lockstep), or -1 when some live island is not waiting.
-  int blocked_round() const;
+  /// rounds (SyncerSettings::lockstep), or -1 when some island still training has nothing
+  /// pending; `at`: when it may (kLockstepQuietSteps of the islands' step time after the
+  /// last frame or progress heard).
+  int blocked_round(double& at) const;
+  static constexpr double kLockstepQuietSteps = 10.0;
+  double active_at_ = 0.0;  // the last frame or progress heard (receive, heard)
   std::vector<FragmentCounters> withdraw(int island);  // drops the island's pending outer gradients (join_reply)
   /// The round state and quorum fragment p is decided by: as stored, or shrunk for islands
   /// that finished (finish()).

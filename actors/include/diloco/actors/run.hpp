@@ -77,7 +77,8 @@ struct Run {
 
   int P() const { return plan.count(); }
   /// train.mode "diloco" / "streaming" on the actors: islands wait for each merged fragment
-  /// (K = all islands, as the reference loops); "decoupled": they never wait.
+  /// (K = all islands, as the reference loops; under faults, a round whose missing islands wait
+  /// on other rounds commits without them: SyncerSettings::lockstep); "decoupled": they never wait.
   bool synchronous() const { return cfg.train.mode == TrainMode::diloco || cfg.train.mode == TrainMode::streaming; }
   /// train.mode "ddp" on the actors: every step, islands send gradients and the parameter
   /// server averages them, takes the AdamW step and sends the parameters back.
