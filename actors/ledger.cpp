@@ -119,6 +119,7 @@ Tally Ledger::tally() const {
   t.dropped_stale = syncer.dropped_stale.load();
   t.superseded = syncer.superseded.load();
   t.clipped = syncer.clipped.load();
+  t.unblocked = syncer.unblocked.load();
   t.held = syncer.heals_held.load();
   t.rejected += syncer.refused.load() + gateway.refused.load() + gateway.connector_refused.load();
   for (const auto& r : gateway.relay_refused) t.relay_refused += r.load();

@@ -227,6 +227,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   else return diverged(-1, sent.error().reason);
   for (const auto& c : commits) {
     ++rt.syncer.commits;
+    rt.syncer.unblocked += c.unblocked ? 1 : 0;
     if (c.unblocked)
       spdlog::warn("syncer: fragment {} committed round {} with {} of the islands: every island still training waited "
                    "for another fragment's round (their sends came in different orders after a restart or re-join)",

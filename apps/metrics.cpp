@@ -377,6 +377,7 @@ std::string Monitor::status_json() const {
               {"dropped_stale", s.tally.dropped_stale},
               {"superseded", s.tally.superseded},
               {"clipped", s.tally.clipped},
+              {"unblocked", s.tally.unblocked},
               {"held_fragments", s.tally.held},
               {"refused", s.tally.rejected},
               {"islands", std::move(islands)},
@@ -423,6 +424,10 @@ std::string Monitor::metrics() const {
          static_cast<double>(s.tally.held));
   follow(counter("diloco_clipped_total", "Merged outer gradients scaled down to their fragment's norm bound (merge.clip_ratio)").Add({}),
          static_cast<double>(s.tally.clipped));
+  follow(counter("diloco_unblocked_rounds_total",
+                 "Synchronous rounds committed without islands that waited on other rounds (sends in different orders after restarts)")
+             .Add({}),
+         static_cast<double>(s.tally.unblocked));
   auto& refused = counter("diloco_frames_refused_total", "Frames refused, by reason (an errc name or the refusing session)");
   for (const auto& [reason, n] : s.refused_by_reason) follow(refused.Add({{"reason", reason}}), static_cast<double>(n));
   gauge("diloco_live_islands", "Islands alive (joined, not dead)").Add({}).Set(s.tally.live_islands);

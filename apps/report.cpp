@@ -258,6 +258,8 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
               counted(t.dropped_stale, "late contribution", " dropped").c_str(),
               counted(t.rejected, "frame", " refused").c_str());
   if (t.clipped > 0) std::printf(", %s", counted(t.clipped, "outer gradient", " clipped").c_str());
+  if (t.unblocked > 0)
+    std::printf(", %s", counted(t.unblocked, "round", " committed without islands waiting on other rounds").c_str());
   if (t.superseded > 0)
     std::printf(", %s", counted(t.superseded, "send", " superseded by the same island's next before a commit").c_str());
   if (t.held > 0)
@@ -317,6 +319,7 @@ void print_summary(const diloco::actors::Runtime& rt, const RunEnd& end, const F
                      {"dropped_stale", t.dropped_stale},
                      {"superseded", t.superseded},
                      {"clipped", t.clipped},
+                     {"unblocked", t.unblocked},
                      {"held_fragments", t.held},
                      {"adoptions_rebased", t.rebased},
                      {"adoptions_mixed", t.mixed},

@@ -77,6 +77,8 @@ struct SyncerRecord {
                                                 // island held them already (SyncerCore::held_sent)
   std::atomic<std::uint64_t> clipped{0};        // merged outer gradients scaled down to their fragment's
                                                 // norm bound (merge.clip_ratio; SyncerStats::clipped)
+  std::atomic<std::uint64_t> unblocked{0};      // synchronous rounds committed without islands waiting on
+                                                // other rounds (SyncerSettings::lockstep)
   /// Tokens of the contributions merged into the global model since the run began (kept in the
   /// snapshot, so across syncer restarts and leaders): with the tokens the islands trained, the
   /// goodput of a run across processes.
@@ -170,6 +172,7 @@ struct Tally {
   std::uint64_t superseded = 0;     // sends replaced by a newer one of the same island before a commit
   std::uint64_t held = 0;           // join-reply fragments not sent: the island held them already
   std::uint64_t clipped = 0;        // merged outer gradients scaled down to their fragment's norm bound
+  std::uint64_t unblocked = 0;      // synchronous rounds committed without islands waiting on other rounds
   std::uint64_t rejected = 0;       // every refused frame: the islands', the syncer's, the gateway's, the relays'
   std::uint64_t relay_refused = 0;  // ... of which the relays refused
   std::uint64_t relayed = 0;        // frames the relays passed on to the syncer
