@@ -162,21 +162,15 @@ void wind_down(Self self) {
   auto& rt = *st.rt;
   const long step = st.core->step();
   self->become(winding_down(self));
-  if (!rt.final_sync() && !st.draining) {
-    // Its last progress stays local. In the synchronous modes every round waits for every
-    // island, so the syncer hears that it finished: rounds stop waiting for it, and one
-    // restarted behind the others does not wait for ever for rounds they have left.
+  if (rt.synchronous() || (!rt.final_sync() && !st.draining)) {
+    // Without the final sync its last progress stays local; the synchronous modes merge whole
+    // rounds, so a leaving island's round in progress is left out too. There every round waits
+    // for every island, so the syncer hears that it finished: rounds stop waiting for it, and
+    // one restarted behind the others does not wait for ever for rounds they have left.
     if (rt.synchronous() && st.member.syncer) {
-      keep_state(self);
+      keep_state(self);  // before the syncer hears it finished (and writes its state file)
       say_finished(self);
     }
-    count_done(self, step);
-    return self->become(done(self));
-  }
-  if (st.draining && rt.synchronous()) {
-    // Synchronous modes merge whole rounds: the round in progress is left out, and the syncer
-    // is told the island finished, so that rounds stop waiting for it.
-    if (st.member.syncer) say_finished(self);
     count_done(self, step);
     return self->become(done(self));
   }

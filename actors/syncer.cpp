@@ -227,11 +227,12 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
   else return diverged(-1, sent.error().reason);
   for (const auto& c : commits) {
     ++rt.syncer.commits;
-    rt.syncer.unblocked += c.unblocked ? 1 : 0;
-    if (c.unblocked)
+    if (c.unblocked) {
+      ++rt.syncer.unblocked;
       spdlog::warn("syncer: fragment {} committed round {} with {} of the islands: every island still training waited "
                    "for another fragment's round (their sends came in different orders after a restart or re-join)",
                    c.fragment, c.round, c.contributions);
+    }
     rt.syncer.clipped += c.clipped.size();
     for (int island : c.clipped)
       spdlog::warn("syncer: island {}'s outer gradient of fragment {} was clipped to {} × the median of the islands' last norms (round {})",

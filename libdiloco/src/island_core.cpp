@@ -134,10 +134,8 @@ bool IslandCore::due(int p) const {
 
 long IslandCore::missed_point(int p) const {
   const auto i = static_cast<std::size_t>(p);
-  const long H = settings_.schedule.H;
-  if (settings_.sync_every_s > 0.0 || sent_at_[i] >= 0 || H <= 0) return -1;
-  const long off = settings_.schedule.offset(p) % H;
-  const long since = ((step_ - off) % H + H) % H;  // steps since the schedule's last point
+  if (settings_.sync_every_s > 0.0 || sent_at_[i] >= 0 || settings_.schedule.H <= 0) return -1;
+  const long since = settings_.schedule.since_point(step_, p);
   const long point = step_ - since;
   return since > 0 && point > 0 && steps_[i] > static_cast<std::uint64_t>(since) ? point : -1;
 }

@@ -60,7 +60,12 @@ struct SyncSchedule {
   int H = 100;
   int P = 1;
   int offset(int p) const { return static_cast<int>(static_cast<long>(p) * H / P); }
-  bool due(long step, int p) const { return step > 0 && step % H == offset(p) % H; }
+  bool due(long step, int p) const { return step > 0 && since_point(step, p) == 0; }
+  /// Steps since fragment p's last point of the schedule at or before `step` (0: at one).
+  long since_point(long step, int p) const {
+    const long h = H, off = offset(p) % h;
+    return ((step - off) % h + h) % h;
+  }
 };
 
 }  // namespace diloco
