@@ -142,6 +142,7 @@ def run(label, kill_every):
         k["islands_heard"] = max(heard) if heard else k["resumed_round"]
         k["lost_rounds"] = max(0, k["islands_heard"] - k["resumed_round"])
     if os.environ.get("FAILOVER_LOGS"):  # every process's output, for a closer look
+        os.makedirs(os.environ["FAILOVER_LOGS"], exist_ok=True)
         with open(os.path.join(os.environ["FAILOVER_LOGS"], f"{label}.log"), "w") as out:
             for p in procs:
                 out.write(f"---- {p.name}\n{p.text()}\n")

@@ -324,6 +324,39 @@ BOOST_AUTO_TEST_CASE(a_send_lost_with_its_syncer_gives_its_counters_back_at_the_
   BOOST_TEST(a.steps_since(0) == 0u);
 }
 
+// A re-join onto a round past the island's whose commits may hold its own send (sent, never
+// known merged: the frame died with the link) mixes them in, as a broadcast it cannot tell would;
+// one onto the round it holds leaves θ alone.
+BOOST_AUTO_TEST_CASE(a_rejoin_past_an_unsettled_send_mixes_the_rounds_it_missed) {
+  OneChip f(7);
+  auto& [t, g, init, grad, chip] = f;
+  SyncerCore s(t.plan, init, sgd_settings(2, 1));
+  IslandSettings is{0, SyncSchedule{4, 1}, 0, 0.5, CodecParams{}, true};
+  is.adopt = AdoptRule::carry;
+  IslandCore a(t.layout, t.plan, is, AdamWConfig{}, init);
+  a.heal(s.join_reply(0), false);
+  auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
+  step();
+  step();
+  BOOST_REQUIRE(s.receive(a.outer_gradient_frame(0).value(), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);  // round 1 holds it; its frame never reaches a
+  step();
+  BOOST_TEST(!a.sends_settled(0));
+  std::vector<float> before(a.params().begin(), a.params().end());
+  a.heal(s.join_reply(0, true), true);
+  const auto theta = s.params();
+  for (std::size_t j = 0; j < 64; ++j) BOOST_TEST(std::abs(a.params()[j] - (0.5f * before[j] + 0.5f * theta[j])) < 1e-6f);
+  BOOST_TEST(a.mixes() == 1u);
+  BOOST_TEST(a.rebases() == 0u);
+  BOOST_TEST(a.base_round(0) == 1u);
+  // Again at the round it holds: nothing missed, θ stays.
+  step();
+  before.assign(a.params().begin(), a.params().end());
+  a.heal(s.join_reply(0, true), true);
+  for (std::size_t j = 0; j < 64; ++j) BOOST_TEST(a.params()[j] == before[j]);
+  BOOST_TEST(a.mixes() == 1u);
+}
+
 // A re-join under way at a scheduled step skips that send (nothing goes out while a join is
 // under way). The synchronous modes' rounds wait for every island's contribution, so the skipped
 // one goes at the first step after the re-join, not a whole period later; the schedule's own
@@ -427,14 +460,25 @@ BOOST_AUTO_TEST_CASE(island_heals_from_join_reply) {
   fresh_island.heal(reply, /*keep_local=*/false);
   BOOST_TEST(fresh_island.base_round(0) == 3u);
   for (int j = 0; j < 4; ++j) BOOST_TEST(fresh_island.params()[j] == -3.0f);
-  // A running island re-joining keeps its parameters and re-bases: its δ carries its progress.
-  IslandCore running(t.layout, t.plan, IslandSettings{1, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, fresh);
+  // A running island re-joining keeps its progress and re-bases: it trained from the syncer's
+  // round 0 and missed rounds 1-3 (their broadcasts lost), which θ takes as a broadcast would,
+  // a rebase (it sent nothing); its δ carries its progress alone.
+  IslandSettings carrying{1, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true};
+  carrying.adopt = AdoptRule::carry;  // with "mix" (α = 0 here) it would take Θ outright
+  IslandCore running(t.layout, t.plan, carrying, AdamWConfig{}, init);
+  const std::vector<float> ones(4, 1.0f), zeros(4, 0.0f);  // outlive the spans the gradients hold
+  ChipGradient some{ones, 8, 1.0}, none{zeros, 8, 0.0};
+  running.apply_gradient(std::span<const ChipGradient>(&some, 1));
+  running.apply_gradient(std::span<const ChipGradient>(&some, 1));
+  const std::vector<float> before(running.params().begin(), running.params().end());
+  BOOST_TEST(before[0] != 0.0f);
   running.heal(reply, /*keep_local=*/true);
-  BOOST_TEST(running.params()[0] == 9.0f);
+  for (int j = 0; j < 4; ++j) BOOST_TEST(std::abs(running.params()[j] - (before[j] - 3.0f)) < 1e-6f);
   BOOST_TEST(running.base_round(0) == 3u);
-  const std::vector<float> zeros(4, 0.0f);  // outlives the span the gradient holds
-  ChipGradient none{zeros, 8, 0.0};
-  for (int k = 0; k < 4; ++k) running.apply_gradient(std::span<const ChipGradient>(&none, 1));
+  BOOST_TEST(running.rebases() == 1u);
+  for (int j = 0; j < 4; ++j)  // Θ_p − θ_p, what it would send now: its progress, not Θ's rounds undone
+    BOOST_TEST(std::abs(running.global(0)[j] - running.params()[j] + before[j]) < 1e-6f);
+  for (int k = 0; k < 2; ++k) running.apply_gradient(std::span<const ChipGradient>(&none, 1));
   BOOST_REQUIRE(running.due(0));
   auto frame = running.outer_gradient_frame(0).value();
   auto r = s.receive(frame, 1.0);  // based on the syncer's current round: accepted

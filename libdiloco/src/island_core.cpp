@@ -342,6 +342,15 @@ bool IslandCore::heal(const JoinReply& reply, bool keep_local) {
     }
     if (!keep_local) plan_->scatter(p, values, writable());
     const auto held_round = base_round_[i];
+    if (keep_local && !f.header.held && f.header.base_round > held_round && global_[i].size() == values.size()) {
+      // Commits this island missed (their broadcasts died with a syncer, or a delta did not
+      // apply): θ_p takes them as a broadcast would (apply_ready), rebased when none of its sends
+      // can be in them, else mixed. Left as it was, its next outer gradient Θ_p − θ_p against
+      // the new round would carry those commits back out of Θ.
+      const Take how = settings_.adopt != AdoptRule::mix && sends_settled(p) ? Take::rebase : Take::mix;
+      take(p, values, how);
+      ++(how == Take::rebase ? rebases_ : mixes_);
+    }
     global_[i] = values;
     base_round_[i] = f.header.base_round;
     if (!keep_local) tokens_[i] = steps_[i] = 0;

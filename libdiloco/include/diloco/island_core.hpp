@@ -172,7 +172,9 @@ public:
   Expected<bool> adopt_frame(std::span<const std::byte> frame);
   /// Heals from the syncer's current fragments: a fresh island (keep_local = false) takes them
   /// as its parameters; a running island re-joining a restarted syncer (keep_local = true)
-  /// keeps its parameters and only re-bases (Θ_p and base round), so its progress is resent.
+  /// keeps its parameters and re-bases (Θ_p and base round), so its progress is resent. Where
+  /// the syncer is past the round it holds (commits whose broadcasts it missed), θ_p takes them
+  /// as a broadcast would: rebased when none of its sends can be in them, else mixed.
   /// A fragment the reply marks held (FragmentHeader::held) takes the values of the digest the
   /// syncer matched: those the island's last request named (holds()), whatever it adopted since,
   /// or else its global fragment now. Returns false, changing nothing, when it holds neither (a
