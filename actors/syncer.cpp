@@ -233,6 +233,10 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
                    "for another fragment's round (their sends came in different orders after a restart or re-join)",
                    c.fragment, c.round, c.contributions);
     }
+    if (c.excess > 0.0)
+      spdlog::info("syncer: fragment {} round {}: {:.0f}% of the merge was progress past one period of its contributions "
+                   "(a catch-up after a re-join), applied without the outer momentum",
+                   c.fragment, c.round, 100.0 * c.excess);
     rt.syncer.clipped += c.clipped.size();
     for (int island : c.clipped)
       spdlog::warn("syncer: island {}'s outer gradient of fragment {} was clipped to {} × the median of the islands' last norms (round {})",
@@ -301,6 +305,8 @@ caf::behavior syncer_actor(caf::stateful_actor<SyncerState>* self, std::shared_p
     s.merge.rda = false;
     s.merge.clip_ratio = 0.0;  // nor clipped: the reference loops do not clip
     s.lockstep = true;
+  } else if (c.train.sync_every_s <= 0.0) {
+    s.period_steps = c.train.H;  // a time cadence has no fixed period in steps
   }
   st.core = std::make_unique<SyncerCore>(rt->plan, rt->initial, s);
   st.replicated = rt->gateway.majority_generation.load();  // a restart in this process: what is already held

@@ -1032,3 +1032,45 @@ BOOST_AUTO_TEST_CASE(a_peer_merged_alone_again_and_again_cannot_fill_the_median_
   BOOST_TEST(!clipped.honest_clipped);
   BOOST_TEST(clipped.stats.merged == 2400u);
 }
+
+// A contribution covering k periods of the islands' schedule (a catch-up after a re-join) feeds
+// the outer momentum with one period's share of it (1/k); the rest moves Θ without it, so a row of
+// such catch-ups after a failover does not carry Θ on past them. One period or less: a plain step.
+BOOST_AUTO_TEST_CASE(progress_past_one_period_moves_theta_without_feeding_the_momentum) {
+  Tiny t;
+  const std::vector<float> init(4, 0.0f);
+  auto settings = sgd_settings(2, 1);
+  settings.outer.kind = "nesterov";
+  settings.outer.lr = 0.5f;
+  settings.outer.momentum = 0.9f;
+  auto frame = [](int island, std::uint64_t base, std::uint64_t steps) {
+    FragmentHeader h;
+    h.island = island;
+    h.base_round = base;
+    h.tokens = 10 * steps;
+    h.steps = steps;
+    return encode_fragment(h, CodecParams{}, std::vector<float>(4, 0.3f)).value();
+  };
+  for (long period : {0L, 10L}) {
+    BOOST_TEST_CONTEXT("period_steps " << period) {
+      settings.period_steps = period;
+      SyncerCore s(t.plan, init, settings);
+      BOOST_REQUIRE(s.receive(frame(0, 0, 30), 0.0));  // three periods of 10 steps
+      const auto c = s.poll(0.0);
+      BOOST_REQUIRE_EQUAL(c.size(), 1u);
+      const double core = period > 0 ? 0.1 : 0.3, rest = 0.3 - core;  // of δ = 0.3
+      BOOST_TEST(c[0].excess == rest / 0.3, boost::test_tools::tolerance(1e-9));
+      const auto cp = s.snapshot();
+      for (int j = 0; j < 4; ++j) {
+        BOOST_TEST(cp.momentum[0][j] == core, boost::test_tools::tolerance(1e-6));
+        BOOST_TEST(s.params()[j] == -0.5 * (core + 0.9 * core) - 0.5 * rest, boost::test_tools::tolerance(1e-6));
+      }
+      BOOST_TEST(s.stats().excess == (period > 0 ? 1u : 0u));
+      // One period: all of it a step.
+      BOOST_REQUIRE(s.receive(frame(1, 0, 10), 0.0));
+      const auto d = s.poll(0.0);
+      BOOST_REQUIRE_EQUAL(d.size(), 1u);
+      BOOST_TEST(d[0].excess == 0.0);
+    }
+  }
+}

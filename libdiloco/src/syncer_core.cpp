@@ -244,6 +244,20 @@ void SyncerCore::open_round(int p, double now) {
   st.arrivals = 0;
 }
 
+double SyncerCore::excess_share(std::span<const Contribution> contribs, std::uint64_t round) const {
+  if (settings_.period_steps <= 0) return 0.0;
+  const auto period = static_cast<double>(settings_.period_steps);
+  double w_all = 0.0, w_excess = 0.0;
+  for (const auto& m : contribs) {
+    const auto f = staleness_factor(settings_.merge, round, m.base_round);
+    const double w = f ? contribution_weight(m, settings_.merge.weighting) * *f : 0.0;
+    if (!(w > 0.0)) continue;
+    w_all += w;
+    if (const auto steps = static_cast<double>(m.steps); steps > period) w_excess += w * (1.0 - period / steps);
+  }
+  return w_all > 0.0 ? w_excess / w_all : 0.0;
+}
+
 Commit SyncerCore::commit(int p, double now) {
   const auto i = static_cast<std::size_t>(p);
   const auto n = plan_->size(p);
@@ -305,8 +319,20 @@ Commit SyncerCore::commit(int p, double now) {
   bool last = finished_count_ > 0 && !pending_[i].empty();
   for (const auto& x : pending_[i]) last = last && finished_[static_cast<std::size_t>(x.header.island)];
   c.flush = last;
-  if (last) outer_[i].flush(theta_, merged_);
-  else outer_[i].step(theta_, merged_);
+  c.excess = last ? 0.0 : excess_share(contribs, rounds_[i]);
+  if (last) {
+    outer_[i].flush(theta_, merged_);
+  } else if (c.excess > 0.0) {
+    excess_.resize(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      excess_[j] = merged_[j] * c.excess;
+      merged_[j] -= excess_[j];
+    }
+    outer_[i].step(theta_, merged_);
+    outer_[i].flush(theta_, excess_);
+  } else {
+    outer_[i].step(theta_, merged_);
+  }
   plan_->scatter(p, theta_, params_);
   c.round = ++rounds_[i];
   inbox_.set_round(static_cast<std::uint32_t>(p), rounds_[i]);
@@ -332,6 +358,7 @@ Commit SyncerCore::commit(int p, double now) {
   ++stats_.commits;
   stats_.merged += static_cast<std::uint64_t>(ms.merged);
   stats_.clipped += c.clipped.size();
+  stats_.excess += c.excess > 0.0 ? 1 : 0;
   dropped_in_merge_ += static_cast<std::uint64_t>(ms.dropped_stale);
   stats_.merged_tokens = add_counters(stats_.merged_tokens, c.tokens);
   return c;

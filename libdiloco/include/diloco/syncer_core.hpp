@@ -47,6 +47,13 @@ struct SyncerSettings {
   /// training (the oldest of them) commits without the rest (Commit::unblocked). An island that
   /// died and sent nothing is waited for, as before: it comes back.
   bool lockstep = false;
+  /// The inner steps one outer gradient covers on the islands' schedule (train.H; 0: unknown, as
+  /// with a time cadence). A contribution covering k > 1 periods (an island's catch-up after it
+  /// re-joined, the counters of a lost send given back) enters the momentum with one period's
+  /// share of it, 1/k; the rest moves Θ without feeding the momentum (OuterOptimizer::flush).
+  /// Otherwise k periods of drift, several islands' in a row after a failover, filled the
+  /// momentum as k rounds would and carried Θ on past them.
+  long period_steps = 0;
 };
 
 /// What one commit of one fragment did.
@@ -58,6 +65,8 @@ struct Commit {
   int contributions = 0;         // contributions the quorum counted (merged + dropped_stale)
   int live = 0;                  // islands the round expected: live, and finished ones with a contribution
   bool flush = false;            // only finished islands' last contributions: a final flush, not an outer step
+  double excess = 0.0;           // share of the merge past one period of its contributions
+                                 // (SyncerSettings::period_steps): applied without the momentum
   bool unblocked = false;        // lockstep: committed below the quorum, its missing islands waiting on other rounds
   std::uint64_t tokens = 0;      // tokens of the merged contributions
   std::vector<int> islands;      // who was merged
@@ -85,6 +94,8 @@ struct SyncerStats {
                                      // parameters, sent before that join (pending here, or still on
                                      // their way): it sends that progress again from the new base,
                                      // so they are dropped (counted in dropped_stale too)
+  std::uint64_t excess = 0;          // commits with progress past one period of their contributions
+                                     // (SyncerSettings::period_steps), applied without the momentum
   std::uint64_t clipped = 0;         // merged outer gradients scaled down to their fragment's norm
                                      // bound (merge.clip_ratio × the median of the islands' last ones)
   std::uint64_t unblocked = 0;       // lockstep commits without islands waiting on other rounds
@@ -220,6 +231,9 @@ private:
     std::uint64_t digest = 0;  // of the frame (frame_digest): the invariants match merges against refusals
   };
   Commit commit(int p, double now);
+  /// The weighted share of a merge of `contribs` into `round` past one period of each
+  /// (SyncerSettings::period_steps): Σ w·(1 − period/steps) over those longer, over Σ w.
+  double excess_share(std::span<const Contribution> contribs, std::uint64_t round) const;
   /// lockstep: the fragment whose round commits to unblock islands waiting on each other's
   /// rounds (SyncerSettings::lockstep), or -1 when some island still training has nothing
   /// pending; `at`: when it may (kLockstepQuietSteps of the islands' step time after the
@@ -301,7 +315,7 @@ private:
   mutable SyncerStats stats_;
   std::uint64_t dropped_in_merge_ = 0;
   std::uint64_t snapshot_round_ = 0;
-  std::vector<double> rx_, merged_;
+  std::vector<double> rx_, merged_, excess_;
   std::vector<float> theta_;
   std::vector<std::vector<Sent>> sent_;  // [p][island]
   std::vector<LastFrame> last_frame_;    // [p]
