@@ -3,9 +3,13 @@
 loopback, leadership through a real etcd started for the benchmark) whose leader is killed with
 SIGKILL every N seconds, against the same run undisturbed, in one invocation.
 
-For each kill: the time from the leader's death to the next commit (by the new leader), and the
+For each kill: the time from the leader's death to the next commit (by the new leader), the
 rounds lost (rounds the islands had heard of that the new leader does not hold: the highest base
-round any island re-joined with, minus the round the new leader resumed at). For the run: its
+round any island re-joined with, minus the round the new leader resumed at), and the climb: the
+highest eval loss of the 10 rounds after the resume over the loss at the resumed round, or the
+last evaluated before it (what the
+failover did to the model; the islands' catch-ups once overshot on the outer momentum: +18% and
++24%). For the run: its
 wall time from the sites' start to their end against the undisturbed run's (the same steps, so
 the same tokens: goodput relative to the undisturbed run is their ratio), and the final eval loss
 of each, and goodput counted in tokens: the tokens of the contributions merged into the global
@@ -48,6 +52,7 @@ def opt(name, default):
 
 
 STEPS, EVERY, LEASE_MS = opt("--steps", 400), opt("--every", 20.0), opt("--lease-ms", 3000.0)
+CLIMB_ROUNDS = 10
 CONFIG = os.path.join(SRC, "configs", "replicas.toml")
 SITES = REPLICA_SITES
 WORK = tempfile.mkdtemp(prefix="diloco-bench-failover-")
@@ -123,6 +128,9 @@ def run(label, kill_every):
     # over what they trained (each site's own count).
     trained = sum(int(s.matches(r"done: site \S+, islands [\d,]+, (\d+) tokens in")[-1][1].group(1)) for s in sites)
     everyone = [p for p in procs if p.name.startswith(label + "-syncer")]
+    # The eval loss of every round, whoever led it (each leader evaluates the rounds it commits).
+    evals = {int(m.group(1)): float(m.group(2)) for p in everyone
+             for _, m in p.matches(r"round (\d+) eval loss ([0-9.]+)")}
     for k in kills:
         # The new leader: the first "leads" line after the kill; its first commit after it.
         after = sorted((m[0], p) for p in everyone for m in p.matches(LEADS, k["at"])[:1])
@@ -141,6 +149,13 @@ def run(label, kill_every):
         heard = [int(mm.group(1)) for s in sites for _, mm in s.matches(r"re-joined the syncer \(base round \d+, it held (\d+)\)", k["at"])[:1]]
         k["islands_heard"] = max(heard) if heard else k["resumed_round"]
         k["lost_rounds"] = max(0, k["islands_heard"] - k["resumed_round"])
+        # What the failover did to the model: the highest eval loss of the CLIMB_ROUNDS rounds after
+        # the resume over the loss at the resumed round (or the last one evaluated before it: a
+        # leader killed mid-evaluation never printed its last), as a run learning undisturbed falls.
+        after_resume = [evals[r] for r in range(k["resumed_round"] + 1, k["resumed_round"] + 1 + CLIMB_ROUNDS) if r in evals]
+        before = [r for r in evals if r <= k["resumed_round"]]
+        base_loss = evals[max(before)] if before else None
+        k["climb"] = max(after_resume) / base_loss - 1 if after_resume and base_loss else None
     if os.environ.get("FAILOVER_LOGS"):  # every process's output, for a closer look
         os.makedirs(os.environ["FAILOVER_LOGS"], exist_ok=True)
         with open(os.path.join(os.environ["FAILOVER_LOGS"], f"{label}.log"), "w") as out:
@@ -164,11 +179,12 @@ wall_ratio = base["wall_s"] / hit["wall_s"]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"failover: configs/replicas.toml, {STEPS} steps, leader killed every {EVERY:g} s, lease {LEASE_MS:g} ms; {cpu}")
 print(f"{'kill':>4} {'at s':>7} {'leader':>9} {'new leader':>10} {'term':>5} {'elected s':>9} {'to commit s':>11} "
-      f"{'resumed':>7} {'heard':>5} {'lost':>4}")
+      f"{'resumed':>7} {'heard':>5} {'lost':>4} {'climb':>6}")
 for i, k in enumerate(hit["kills"]):
     tc = f"{k['to_commit_s']:.2f}" if k["to_commit_s"] is not None else "-"
+    cl = f"{100 * k['climb']:+.1f}%" if k["climb"] is not None else "-"
     print(f"{i + 1:>4} {k['at']:7.1f} {k['leader']:>9} {k['new_leader']:>10} {k['term']:>5} {k['elected_s']:9.2f} "
-          f"{tc:>11} {k['resumed_round']:>7} {k['islands_heard']:>5} {k['lost_rounds']:>4}")
+          f"{tc:>11} {k['resumed_round']:>7} {k['islands_heard']:>5} {k['lost_rounds']:>4} {cl:>6}")
 print(f"undisturbed: {base['wall_s']:.1f} s, {base['rounds']} rounds, final eval loss {base['final_eval_loss']:.4f}, "
       f"goodput {100 * base['goodput']:.1f}% of the trained tokens merged")
 print(f"failover:    {hit['wall_s']:.1f} s, {hit['rounds']} rounds, final eval loss {hit['final_eval_loss']:.4f}, "
@@ -176,6 +192,8 @@ print(f"failover:    {hit['wall_s']:.1f} s, {hit['rounds']} rounds, final eval l
       f"{len(hit['kills'])} leaders killed")
 if to_commit:
     print(f"death -> next commit: median {statistics.median(to_commit):.2f} s, max {max(to_commit):.2f} s")
+print(f"climb: the highest eval loss of the {CLIMB_ROUNDS} rounds after each resume over the loss at the resumed round "
+      f"(an undisturbed run's only falls, give or take its noise)")
 print(f"committed rounds lost: {lost} (target 0); goodput vs undisturbed: {100 * goodput:.1f}% (target >= 98%); "
       f"wall time undisturbed / failover {wall_ratio:.3f}")
 cleanup()
