@@ -128,9 +128,10 @@ def run(label, kill_every):
     # over what they trained (each site's own count).
     trained = sum(int(s.matches(r"done: site \S+, islands [\d,]+, (\d+) tokens in")[-1][1].group(1)) for s in sites)
     everyone = [p for p in procs if p.name.startswith(label + "-syncer")]
-    # The eval loss of every round, whoever led it (each leader evaluates the rounds it commits).
-    evals = {int(m.group(1)): float(m.group(2)) for p in everyone
-             for _, m in p.matches(r"round (\d+) eval loss ([0-9.]+)")}
+    # The eval loss of every round, whoever led it (each leader evaluates the rounds it commits);
+    # a round a dead leader committed unreplicated and the next committed again: the later one.
+    evals = {int(m.group(1)): float(m.group(2)) for _, m in sorted(
+        (x for p in everyone for x in p.matches(r"round (\d+) eval loss ([0-9.]+)")), key=lambda x: x[0])}
     for k in kills:
         # The new leader: the first "leads" line after the kill; its first commit after it.
         after = sorted((m[0], p) for p in everyone for m in p.matches(LEADS, k["at"])[:1])

@@ -325,9 +325,10 @@ BOOST_AUTO_TEST_CASE(a_send_lost_with_its_syncer_gives_its_counters_back_at_the_
 }
 
 // A re-join onto a round past the island's whose commits may hold its own send (sent, never
-// known merged: the frame died with the link) mixes them in, as a broadcast it cannot tell would;
-// one onto the round it holds leaves θ alone.
-BOOST_AUTO_TEST_CASE(a_rejoin_past_an_unsettled_send_mixes_the_rounds_it_missed) {
+// known merged: the frame died with the link) cannot tell a rebase from a mix: θ stays, as does a
+// restored island's (its saved state keeps Θ_p, not the round it held). One onto the round it
+// holds leaves θ alone too.
+BOOST_AUTO_TEST_CASE(a_rejoin_past_an_unsettled_send_or_after_a_restore_keeps_theta) {
   OneChip f(7);
   auto& [t, g, init, grad, chip] = f;
   SyncerCore s(t.plan, init, sgd_settings(2, 1));
@@ -336,25 +337,33 @@ BOOST_AUTO_TEST_CASE(a_rejoin_past_an_unsettled_send_mixes_the_rounds_it_missed)
   IslandCore a(t.layout, t.plan, is, AdamWConfig{}, init);
   a.heal(s.join_reply(0), false);
   auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };
+  auto unchanged_by = [&](auto&& heal) {
+    const std::vector<float> before(a.params().begin(), a.params().end());
+    heal();
+    for (std::size_t j = 0; j < 64; ++j) BOOST_TEST(a.params()[j] == before[j]);
+    BOOST_TEST(a.rebases() + a.mixes() + a.carries() == 0u);
+  };
   step();
   step();
   BOOST_REQUIRE(s.receive(a.outer_gradient_frame(0).value(), 0.0));
   BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);  // round 1 holds it; its frame never reaches a
   step();
   BOOST_TEST(!a.sends_settled(0));
-  std::vector<float> before(a.params().begin(), a.params().end());
-  a.heal(s.join_reply(0, true), true);
-  const auto theta = s.params();
-  for (std::size_t j = 0; j < 64; ++j) BOOST_TEST(std::abs(a.params()[j] - (0.5f * before[j] + 0.5f * theta[j])) < 1e-6f);
-  BOOST_TEST(a.mixes() == 1u);
-  BOOST_TEST(a.rebases() == 0u);
+  unchanged_by([&] { a.heal(s.join_reply(0, true), true); });
   BOOST_TEST(a.base_round(0) == 1u);
-  // Again at the round it holds: nothing missed, θ stays.
+  // Again at the round it holds: nothing missed.
   step();
-  before.assign(a.params().begin(), a.params().end());
-  a.heal(s.join_reply(0, true), true);
-  for (std::size_t j = 0; j < 64; ++j) BOOST_TEST(a.params()[j] == before[j]);
-  BOOST_TEST(a.mixes() == 1u);
+  unchanged_by([&] { a.heal(s.join_reply(0, true), true); });
+  // Restored from a saved state (rounds unknown) while the syncer moved on without it.
+  BOOST_REQUIRE(s.receive(gaussian_frame(1, s.round(0), 64, g), 0.0));
+  BOOST_REQUIRE_EQUAL(s.poll(0.0).size(), 1u);
+  const auto saved = a.state();
+  IslandCore b(t.layout, t.plan, is, AdamWConfig{}, init);
+  BOOST_REQUIRE(b.restore(saved));
+  const std::vector<float> kept(b.params().begin(), b.params().end());
+  b.heal(s.join_reply(0, true), true);
+  for (std::size_t j = 0; j < 64; ++j) BOOST_TEST(b.params()[j] == kept[j]);
+  BOOST_TEST(b.base_round(0) == 2u);
 }
 
 // A re-join under way at a scheduled step skips that send (nothing goes out while a join is
@@ -463,9 +472,8 @@ BOOST_AUTO_TEST_CASE(island_heals_from_join_reply) {
   // A running island re-joining keeps its progress and re-bases: it trained from the syncer's
   // round 0 and missed rounds 1-3 (their broadcasts lost), which θ takes as a broadcast would,
   // a rebase (it sent nothing); its δ carries its progress alone.
-  IslandSettings carrying{1, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true};
-  carrying.adopt = AdoptRule::carry;  // with "mix" (α = 0 here) it would take Θ outright
-  IslandCore running(t.layout, t.plan, carrying, AdamWConfig{}, init);
+  // The default rule, "mix" at α = 0, would take Θ outright at a broadcast: the heal rebases.
+  IslandCore running(t.layout, t.plan, IslandSettings{1, SyncSchedule{4, 1}, 0, 0.0, CodecParams{}, true}, AdamWConfig{}, init);
   const std::vector<float> ones(4, 1.0f), zeros(4, 0.0f);  // outlive the spans the gradients hold
   ChipGradient some{ones, 8, 1.0}, none{zeros, 8, 0.0};
   running.apply_gradient(std::span<const ChipGradient>(&some, 1));

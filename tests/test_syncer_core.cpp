@@ -1033,9 +1033,10 @@ BOOST_AUTO_TEST_CASE(a_peer_merged_alone_again_and_again_cannot_fill_the_median_
   BOOST_TEST(clipped.stats.merged == 2400u);
 }
 
-// A contribution covering k periods of the islands' schedule (a catch-up after a re-join) feeds
-// the outer momentum with one period's share of it (1/k); the rest moves Θ without it, so a row of
-// such catch-ups after a failover does not carry Θ on past them. One period or less: a plain step.
+// A contribution covering k > 1.5 periods of the islands' schedule (a catch-up after an outage)
+// feeds the outer momentum with one period's share of it (1/k); the rest moves Θ without it, so a
+// row of such catch-ups after a failover does not carry Θ on past them. Up to 1.5 periods: a plain
+// step. In a merge of several, each is cut to its period; delayed Nesterov is left as it is.
 BOOST_AUTO_TEST_CASE(progress_past_one_period_moves_theta_without_feeding_the_momentum) {
   Tiny t;
   const std::vector<float> init(4, 0.0f);
@@ -1066,11 +1067,33 @@ BOOST_AUTO_TEST_CASE(progress_past_one_period_moves_theta_without_feeding_the_mo
         BOOST_TEST(s.params()[j] == -0.5 * (core + 0.9 * core) - 0.5 * rest, boost::test_tools::tolerance(1e-6));
       }
       BOOST_TEST(s.stats().excess == (period > 0 ? 1u : 0u));
-      // One period: all of it a step.
-      BOOST_REQUIRE(s.receive(frame(1, 0, 10), 0.0));
+      // Up to 1.5 periods: all of it a step, into the momentum.
+      BOOST_REQUIRE(s.receive(frame(1, 1, 15), 0.0));
       const auto d = s.poll(0.0);
       BOOST_REQUIRE_EQUAL(d.size(), 1u);
       BOOST_TEST(d[0].excess == 0.0);
+      for (int j = 0; j < 4; ++j) BOOST_TEST(s.snapshot().momentum[0][j] == 0.9 * core + 0.3, boost::test_tools::tolerance(1e-6));
     }
   }
+  // Several in one commit: each is cut to its period before the merge that feeds the momentum.
+  settings.period_steps = 10;
+  settings.quorum.min_islands = 2;
+  SyncerCore both(t.plan, init, settings);
+  BOOST_REQUIRE(both.receive(frame(0, 0, 30), 0.0));
+  BOOST_REQUIRE(both.receive(frame(1, 0, 10), 0.0));
+  const auto c = both.poll(0.0);
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].excess == (2.0 / 3.0) / 2.0, boost::test_tools::tolerance(1e-9));
+  for (int j = 0; j < 4; ++j) {
+    BOOST_TEST(both.snapshot().momentum[0][j] == 0.2, boost::test_tools::tolerance(1e-6));  // mean of 0.1 and 0.3
+    BOOST_TEST(both.params()[j] == -0.5 * (0.2 + 0.9 * 0.2) - 0.5 * 0.1, boost::test_tools::tolerance(1e-6));
+  }
+  // Delayed Nesterov takes contributions in 1/delay at a time already: no cut.
+  settings.outer.kind = "delayed_nesterov";
+  settings.quorum.min_islands = 1;
+  SyncerCore delayed(t.plan, init, settings);
+  BOOST_REQUIRE(delayed.receive(frame(0, 0, 30), 0.0));
+  const auto e = delayed.poll(0.0);
+  BOOST_REQUIRE_EQUAL(e.size(), 1u);
+  BOOST_TEST(e[0].excess == 0.0);
 }

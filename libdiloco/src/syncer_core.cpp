@@ -244,16 +244,24 @@ void SyncerCore::open_round(int p, double now) {
   st.arrivals = 0;
 }
 
-double SyncerCore::excess_share(std::span<const Contribution> contribs, std::uint64_t round) const {
-  if (settings_.period_steps <= 0) return 0.0;
+double SyncerCore::core_share(const Contribution& m) const {
+  // Delayed Nesterov takes each contribution in 1/delay at a time already, and a flush would
+  // move Θ by more than the step does; a time cadence has no period in steps. Within half a
+  // period over (a catch-up one step late, a send τ steps after its point) it is one period.
+  if (settings_.period_steps <= 0 || settings_.outer.kind == "delayed_nesterov") return 1.0;
   const auto period = static_cast<double>(settings_.period_steps);
+  const auto steps = static_cast<double>(m.steps);
+  return steps > 1.5 * period ? period / steps : 1.0;
+}
+
+double SyncerCore::excess_share(std::span<const Contribution> contribs, std::uint64_t round) const {
   double w_all = 0.0, w_excess = 0.0;
   for (const auto& m : contribs) {
     const auto f = staleness_factor(settings_.merge, round, m.base_round);
     const double w = f ? contribution_weight(m, settings_.merge.weighting) * *f : 0.0;
     if (!(w > 0.0)) continue;
     w_all += w;
-    if (const auto steps = static_cast<double>(m.steps); steps > period) w_excess += w * (1.0 - period / steps);
+    w_excess += w * (1.0 - core_share(m));
   }
   return w_all > 0.0 ? w_excess / w_all : 0.0;
 }
@@ -287,6 +295,29 @@ Commit SyncerCore::commit(int p, double now) {
   for (const auto& [island, norm] : norms) clips_[i].record(island, norm);
   merged_.assign(n, 0.0);
   const auto ms = merge(contribs, plan_->segments(p), settings_.merge, rounds_[i], merged_);
+  // The part of each contribution past one period (core_share) is merged apart, to move Θ
+  // without feeding the momentum (below): the same merge of the contributions cut to a period
+  // each is the part that does.
+  bool last = finished_count_ > 0 && !pending_[i].empty();
+  for (const auto& x : pending_[i]) last = last && finished_[static_cast<std::size_t>(x.header.island)];
+  c.excess = last ? 0.0 : excess_share(contribs, rounds_[i]);
+  excess_.assign(c.excess > 0.0 ? n : 0, 0.0);
+  if (c.excess > 0.0) {
+    std::vector<std::vector<double>> cut(contribs.size());
+    std::vector<Contribution> cores(contribs.begin(), contribs.end());
+    for (std::size_t k = 0; k < cores.size(); ++k) {
+      const double share = core_share(cores[k]);
+      cut[k].assign(cores[k].delta.begin(), cores[k].delta.end());
+      for (auto& v : cut[k]) v *= share;
+      cores[k].delta = cut[k];
+    }
+    std::vector<double> core(n, 0.0);
+    (void)merge(cores, plan_->segments(p), settings_.merge, rounds_[i], core);
+    for (std::size_t j = 0; j < n; ++j) {
+      excess_[j] = merged_[j] - core[j];
+      merged_[j] = core[j];
+    }
+  }
   c.fragment = p;
   c.merged = ms.merged;
   c.dropped_stale = ms.dropped_stale;
@@ -312,26 +343,17 @@ Commit SyncerCore::commit(int p, double now) {
   if (settings_.merge.partial_scale && live > 0 && ms.merged > 0 && ms.merged < live) {
     const double share = static_cast<double>(ms.merged) / static_cast<double>(live);
     for (auto& v : merged_) v *= share;
+    for (auto& v : excess_) v *= share;
   }
   theta_.resize(n);
   plan_->gather<float>(p, params_, theta_);
   // Only finished islands' last contributions: the rest of a period, not a new outer step.
-  bool last = finished_count_ > 0 && !pending_[i].empty();
-  for (const auto& x : pending_[i]) last = last && finished_[static_cast<std::size_t>(x.header.island)];
   c.flush = last;
-  c.excess = last ? 0.0 : excess_share(contribs, rounds_[i]);
   if (last) {
     outer_[i].flush(theta_, merged_);
-  } else if (c.excess > 0.0) {
-    excess_.resize(n);
-    for (std::size_t j = 0; j < n; ++j) {
-      excess_[j] = merged_[j] * c.excess;
-      merged_[j] -= excess_[j];
-    }
-    outer_[i].step(theta_, merged_);
-    outer_[i].flush(theta_, excess_);
   } else {
     outer_[i].step(theta_, merged_);
+    if (c.excess > 0.0) outer_[i].flush(theta_, excess_);
   }
   plan_->scatter(p, theta_, params_);
   c.round = ++rounds_[i];

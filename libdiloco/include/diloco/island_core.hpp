@@ -173,8 +173,10 @@ public:
   /// Heals from the syncer's current fragments: a fresh island (keep_local = false) takes them
   /// as its parameters; a running island re-joining a restarted syncer (keep_local = true)
   /// keeps its parameters and re-bases (Θ_p and base round), so its progress is resent. Where
-  /// the syncer is past the round it holds (commits whose broadcasts it missed), θ_p takes them
-  /// as a broadcast would: rebased when none of its sends can be in them, else mixed.
+  /// the syncer is past the round it holds (commits whose broadcasts it missed) and none of its
+  /// sends can be in them, θ_p takes them as a rebase, whatever the adopt rule; where one may
+  /// hold its last send, or the island was restored (its saved state keeps Θ_p, not its round),
+  /// θ stays.
   /// A fragment the reply marks held (FragmentHeader::held) takes the values of the digest the
   /// syncer matched: those the island's last request named (holds()), whatever it adopted since,
   /// or else its global fragment now. Returns false, changing nothing, when it holds neither (a
@@ -260,6 +262,7 @@ private:
   std::vector<std::vector<float>> named_;    // per fragment: the values the last holds() named
   std::vector<Sha256> named_digest_;         // and their SHA-256
   std::vector<std::uint64_t> base_round_, tokens_, steps_;
+  bool rounds_known_ = true;  // base_round_ says which round global_ holds (false after restore, until a heal)
   std::vector<std::uint64_t> sent_tokens_, sent_steps_;  // the counters of the last send per fragment
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
   std::vector<std::uint64_t> sent_seq_;      // seq of the last send per fragment (0: none since the

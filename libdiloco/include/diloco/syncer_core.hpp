@@ -48,11 +48,13 @@ struct SyncerSettings {
   /// died and sent nothing is waited for, as before: it comes back.
   bool lockstep = false;
   /// The inner steps one outer gradient covers on the islands' schedule (train.H; 0: unknown, as
-  /// with a time cadence). A contribution covering k > 1 periods (an island's catch-up after it
-  /// re-joined, the counters of a lost send given back) enters the momentum with one period's
-  /// share of it, 1/k; the rest moves Θ without feeding the momentum (OuterOptimizer::flush).
-  /// Otherwise k periods of drift, several islands' in a row after a failover, filled the
-  /// momentum as k rounds would and carried Θ on past them.
+  /// with a time cadence). A contribution covering k > 1.5 periods (an island's catch-up after an
+  /// outage, the counters of a lost send given back, a send made while its last was not yet
+  /// merged) enters the merge that feeds the momentum cut to one period's share, 1/k; what the
+  /// cut leaves moves Θ without the momentum (OuterOptimizer::flush). Otherwise k periods of
+  /// drift, several islands' in a row after a failover, filled the momentum as k rounds would
+  /// and carried Θ on past them. Not with delayed_nesterov (it takes contributions in 1/delay
+  /// at a time already).
   long period_steps = 0;
 };
 
@@ -231,8 +233,12 @@ private:
     std::uint64_t digest = 0;  // of the frame (frame_digest): the invariants match merges against refusals
   };
   Commit commit(int p, double now);
-  /// The weighted share of a merge of `contribs` into `round` past one period of each
-  /// (SyncerSettings::period_steps): Σ w·(1 − period/steps) over those longer, over Σ w.
+  /// The share of contribution `m` that stands for one period (SyncerSettings::period_steps):
+  /// period/steps where it covers more than 1.5 periods, else 1 (and always 1 with
+  /// delayed_nesterov or no period).
+  double core_share(const Contribution& m) const;
+  /// The weighted share of a merge of `contribs` into `round` past one period of each:
+  /// Σ w·(1 − core_share) over Σ w (what Commit::excess reports).
   double excess_share(std::span<const Contribution> contribs, std::uint64_t round) const;
   /// lockstep: the fragment whose round commits to unblock islands waiting on each other's
   /// rounds (SyncerSettings::lockstep), or -1 when some island still training has nothing
