@@ -234,7 +234,7 @@ void syncer_after_receive(caf::stateful_actor<SyncerState>* self, Runtime& rt) {
                    c.fragment, c.round, c.contributions);
     }
     if (c.excess > 0.0)
-      spdlog::info("syncer: fragment {} round {}: {:.0f}% of the merge was progress past one period of its contributions "
+      spdlog::info("syncer: fragment {} round {}: {:.0f}% of the merge's weight was progress past one period of its contributions "
                    "(sent after an outage, or while a send waited for its merge), applied without the outer momentum",
                    c.fragment, c.round, 100.0 * c.excess);
     rt.syncer.clipped += c.clipped.size();

@@ -452,7 +452,8 @@ Status IslandCore::restore(const IslandState& s) {
   // adoption mixes) until the heal that follows, which starts clean (the join keeps θ, so the
   // syncer withdraws those sends).
   sent_seq_.assign(sent_seq_.size(), kUnknownSends);
-  rounds_known_ = false;  // the saved state keeps Θ_p, not the rounds it held
+  rounds_known_ = false;  // the saved state keeps Θ_p, not the rounds it held (a second guard: its
+                          // sends are unknown too, so sends_settled keeps heal from rebasing)
   for (auto& t : sent_theta_) t.clear();
   return {};
 }
