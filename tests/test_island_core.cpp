@@ -332,8 +332,7 @@ BOOST_AUTO_TEST_CASE(a_rejoin_past_an_unsettled_send_or_after_a_restore_keeps_th
   OneChip f(7);
   auto& [t, g, init, grad, chip] = f;
   SyncerCore s(t.plan, init, sgd_settings(2, 1));
-  IslandSettings is{0, SyncSchedule{4, 1}, 0, 0.5, CodecParams{}, true};
-  is.adopt = AdoptRule::carry;
+  const IslandSettings is{0, SyncSchedule{4, 1}, 0, 0.5, CodecParams{}, true};  // any adopt rule: the heal's is its own
   IslandCore a(t.layout, t.plan, is, AdamWConfig{}, init);
   a.heal(s.join_reply(0), false);
   auto step = [&] { a.apply_gradient(std::span<const ChipGradient>(&chip, 1)); };

@@ -342,14 +342,15 @@ bool IslandCore::heal(const JoinReply& reply, bool keep_local) {
     }
     if (!keep_local) plan_->scatter(p, values, writable());
     const auto held_round = base_round_[i];
-    if (keep_local && rounds_known_ && !f.header.held && f.header.base_round > held_round &&
+    if (keep_local && !f.header.held && f.header.base_round > held_round &&
         global_[i].size() == values.size() && sends_settled(p)) {
       // Commits this island missed (their broadcasts died with a syncer, or a delta did not
       // apply), none of which can hold its sends: other islands' progress alone, rebased onto
       // whatever the adopt rule (its unsent progress, after an outage, is many steps that a mix
       // would drop). Left as it was, its next outer gradient Θ_p − θ_p against the new round
       // would carry them back out of Θ. Where one may hold its last send, neither a rebase nor
-      // a mix is right without knowing which: θ stays, as it did.
+      // a mix is right without knowing which: θ stays, as it did. So it does after restore(),
+      // whose saved state keeps Θ_p but not its round: its sends are unknown until this heal.
       take(p, values, Take::rebase);
       ++rebases_;
     }
@@ -390,7 +391,6 @@ bool IslandCore::heal(const JoinReply& reply, bool keep_local) {
       next_due_[i] = now_ + (p == 0 ? settings_.sync_every_s : settings_.sync_every_s * p / plan_->count());
     ef_[i].reset();
   }
-  rounds_known_ = true;
   return true;
 }
 
@@ -452,8 +452,6 @@ Status IslandCore::restore(const IslandState& s) {
   // adoption mixes) until the heal that follows, which starts clean (the join keeps θ, so the
   // syncer withdraws those sends).
   sent_seq_.assign(sent_seq_.size(), kUnknownSends);
-  rounds_known_ = false;  // the saved state keeps Θ_p, not the rounds it held (a second guard: its
-                          // sends are unknown too, so sends_settled keeps heal from rebasing)
   for (auto& t : sent_theta_) t.clear();
   return {};
 }

@@ -262,7 +262,6 @@ private:
   std::vector<std::vector<float>> named_;    // per fragment: the values the last holds() named
   std::vector<Sha256> named_digest_;         // and their SHA-256
   std::vector<std::uint64_t> base_round_, tokens_, steps_;
-  bool rounds_known_ = true;  // base_round_ says which round global_ holds (false after restore, until a heal)
   std::vector<std::uint64_t> sent_tokens_, sent_steps_;  // the counters of the last send per fragment
   std::vector<long> sent_at_;                // local step of the last send per fragment (-1: never)
   std::vector<std::uint64_t> sent_seq_;      // seq of the last send per fragment (0: none since the
