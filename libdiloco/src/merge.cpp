@@ -24,6 +24,11 @@ std::optional<double> staleness_factor(const MergeConfig& cfg, std::uint64_t cur
   return std::pow(cfg.staleness_discount, static_cast<double>(s));
 }
 
+double merged_weight(const Contribution& c, const MergeConfig& cfg, std::uint64_t current_round) {
+  const auto f = staleness_factor(cfg, current_round, c.base_round);
+  return f ? contribution_weight(c, cfg.weighting) * *f : 0.0;
+}
+
 MergeStats merge(std::span<const Contribution> contribs, std::span<const Segment> segments,
                  const MergeConfig& cfg, std::uint64_t current_round, std::span<double> out) {
   MergeStats st;

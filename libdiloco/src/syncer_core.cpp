@@ -257,8 +257,7 @@ double SyncerCore::core_share(const Contribution& m) const {
 double SyncerCore::excess_share(std::span<const Contribution> contribs, std::uint64_t round) const {
   double w_all = 0.0, w_excess = 0.0;
   for (const auto& m : contribs) {
-    const auto f = staleness_factor(settings_.merge, round, m.base_round);
-    const double w = f ? contribution_weight(m, settings_.merge.weighting) * *f : 0.0;
+    const double w = merged_weight(m, settings_.merge, round);
     if (!(w > 0.0)) continue;
     w_all += w;
     w_excess += w * (1.0 - core_share(m));
@@ -280,8 +279,7 @@ Commit SyncerCore::commit(int p, double now) {
   std::vector<std::pair<int, double>> norms;
   for (std::size_t k = 0; k < contribs.size(); ++k) {
     const auto& m = contribs[k];
-    const auto f = staleness_factor(settings_.merge, rounds_[i], m.base_round);
-    if (!f || !(contribution_weight(m, settings_.merge.weighting) * *f > 0.0)) continue;
+    if (!(merged_weight(m, settings_.merge, rounds_[i]) > 0.0)) continue;
     auto& delta = pending_[i][k].delta;  // what m.delta views
     double n2 = 0.0;
     for (double v : delta) n2 += v * v;

@@ -178,6 +178,10 @@ double contribution_weight(const Contribution& c, Weighting weighting);
 /// discount^(current − base), or nothing if it must be dropped (too stale, or from the future).
 std::optional<double> staleness_factor(const MergeConfig& cfg, std::uint64_t current_round, std::uint64_t base_round);
 
+/// Contribution `c`'s weight in a merge into `current_round`: contribution_weight × its staleness
+/// factor, 0 when it is dropped as too stale (merge() takes in those above 0).
+double merged_weight(const Contribution& c, const MergeConfig& cfg, std::uint64_t current_round);
+
 /// What a merge did.
 struct MergeStats {
   int merged = 0;          // contributions that entered the average
